@@ -1,0 +1,50 @@
+# make setup: venv, pinned llama.cpp sources, ggml + tools + hooks for each, tiny model (idempotent).
+# make demo:  the main job on the embedded default.      make test: the whole test suite.
+PY        := python3
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+BUILDS    := 10524 10531 11434
+BUILD_DIR := build
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+LLAMA_STAMPS := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/.built)
+HOOKS        := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/bin/libggml-trace-hooks.so)
+MODEL        := $(BUILD_DIR)/models/tiny-llama.gguf
+HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h) CMakeLists.txt
+
+.PHONY: setup demo test bench clean
+setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(MODEL)
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(BUILD_DIR)/src/llama-b%/.fetched:
+	scripts/fetch_llama.sh $* $(BUILD_DIR)/src/llama-b$*
+	touch $@
+
+$(BUILD_DIR)/llama-b%/.built: $(BUILD_DIR)/src/llama-b%/.fetched scripts/build_llama.sh | $(VENV)/.installed
+	scripts/build_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*
+	touch $@
+
+$(BUILD_DIR)/llama-b%/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%/.built $(HOOK_SOURCES)
+	scripts/build_hooks.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*/bin b$*
+
+$(MODEL): scripts/make_tiny_model.py | $(VENV)/.installed
+	mkdir -p $(dir $@)
+	$(VPY) scripts/make_tiny_model.py $@
+
+demo: setup
+	$(VPY) -m tracer.demo
+
+test: setup
+	$(VPY) -m pytest -q tests
+
+bench: setup
+	$(BUILD_DIR)/hooks-b10531/bench-writer 200000 1
+	$(VPY) bench/bench_load.py
+
+clean:
+	rm -rf $(BUILD_DIR) $(VENV)

@@ -1,0 +1,97 @@
+// Cost of recording one event on the hot path: two clock reads, one 64-byte CALL record, and
+// (for the "call+2 ranges" case) two ACCESS records with interned tensor names, as a hooked
+// buffer set_tensor writes. Prints the median over repetitions, in ns per event and per record.
+//   build/hooks-b10531/bench-writer [events] [threads]
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "trace_writer.h"
+
+using namespace ggml_trace;
+
+static void one_call(uint64_t i) {
+    CallRec * r = (CallRec *) reserve_record();
+    if (!r) return;
+    r->thread = thread_index();
+    r->t_begin = now_ticks();
+    r->kind = K_GRAPH_COMPUTE;
+    r->call_id = next_call_id();
+    r->backend = 0;
+    r->backend2 = NONE32;
+    r->graph = (uint32_t) (i >> 4);
+    r->split = (int32_t) (i & 15);
+    r->arg = i;
+    r->t_end = now_ticks();
+    commit_record(r, REC_CALL);
+}
+
+static void one_access(uint64_t call_id, const char * name, uint64_t off) {
+    uint64_t id = intern(name);
+    AccessRec * a = (AccessRec *) reserve_record();
+    if (!a) return;
+    a->mode = ACC_WRITE;
+    a->thread = thread_index();
+    a->call_id = call_id;
+    a->buffer = 0x1000;
+    a->offset = off;
+    a->size = 4096;
+    a->tensor = id;
+    a->node = id;
+    commit_record(a, REC_ACCESS);
+}
+
+static double run(uint64_t n, bool with_ranges) {
+    static const char * names[8] = {"inp_embd", "Kcur-0", "Vcur-0", "attn_norm-0", "ffn_out-1", "result_norm", "kq-3", "CPU#Kcur-2#0"};
+    uint64_t t0 = monotonic_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        one_call(i);
+        if (with_ranges) {
+            one_access(i, names[i & 7], i * 64);
+            one_access(i, names[(i + 3) & 7], i * 64 + 4096);
+        }
+    }
+    return (double) (monotonic_ns() - t0) / (double) n;
+}
+
+int main(int argc, char ** argv) {
+    uint64_t n = argc > 1 ? strtoull(argv[1], nullptr, 10) : 2000000;
+    int threads = argc > 2 ? atoi(argv[2]) : 1;
+    const char * dir = getenv("BENCH_DIR") ? getenv("BENCH_DIR") : "/dev/shm";
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/ggml-trace-bench-XXXXXX", dir);
+    int fd = mkstemp(path);
+    close(fd);
+    if (!writer_open(path, "bench", 0)) return 1;
+    const int reps = 7;
+    // Hot path only: the file's pages are provisioned up front, as they are for a real run between
+    // two 4 MiB segment growths. Growth itself is timed separately below.
+    uint64_t grow_t0 = monotonic_ns();
+    writer_reserve((uint64_t) reps * 4 * n * threads * RECORD_SIZE + (64u << 20));
+    double grow_ns = (double) (monotonic_ns() - grow_t0);
+    double grow_per_record = grow_ns / ((double) reps * 4 * n * threads);
+    for (int mode = 0; mode < 2; mode++) {
+        std::vector<double> per_call;
+        for (int r = 0; r < reps; r++) {
+            std::vector<std::thread> ts;
+            std::vector<double> res(threads);
+            for (int t = 0; t < threads; t++) ts.emplace_back([&, t] { res[t] = run(n, mode == 1); });
+            for (auto & t : ts) t.join();
+            per_call.push_back(*std::max_element(res.begin(), res.end()));
+        }
+        std::sort(per_call.begin(), per_call.end());
+        double med = per_call[reps / 2];
+        int recs = mode == 1 ? 3 : 1;
+        printf("%-28s threads=%d events=%llu  median %.1f ns/event  %.1f ns/record\n",
+               mode == 1 ? "call + 2 byte ranges" : "call record", threads, (unsigned long long) n, med, med / recs);
+    }
+    printf("file growth (fallocate + populate), amortised: %.1f ns/record\n", grow_per_record);
+    writer_close();
+    unlink(path);
+    return 0;
+}

@@ -1,0 +1,185 @@
+// ggml-trace binary trace format, version 1. Documented in docs/trace-format.md; the Python
+// loader (analysis/trace_file.py) mirrors these structs as numpy dtypes. Change both together.
+//
+// File = 4096-byte header, then chunks of CHUNK_SIZE bytes. Each chunk belongs to one thread and
+// holds a chunk header followed by 64-byte records. A record is valid once its `type` byte is
+// non-zero: writers store the body first and the type last (release order), so a crash leaves
+// either a whole record or a zero that ends the chunk.
+#pragma once
+#include <stdint.h>
+
+namespace ggml_trace {
+
+static const char     FILE_MAGIC[8]   = {'G', 'G', 'M', 'L', 'T', 'R', 'C', '\0'};
+static const uint32_t FORMAT_VERSION  = 1;
+static const uint32_t HEADER_SIZE     = 4096;
+static const uint32_t RECORD_SIZE     = 64;
+static const uint32_t CHUNK_SIZE      = 64 * 1024;
+static const uint32_t CHUNK_MAGIC     = 0x4b4e4843;  // "CHNK"
+static const uint32_t STRING_PIECE    = 48;          // payload bytes per string record
+
+struct FileHeader {
+    char     magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint32_t record_size;
+    uint32_t chunk_size;
+    uint64_t t0_monotonic_ns;     // CLOCK_MONOTONIC at open
+    uint64_t t0_realtime_ns;      // CLOCK_REALTIME at the same instant
+    uint64_t t0_ticks;            // record clock (ticks) at the same instant
+    double   ns_per_tick;         // calibrated at open; CLOCK records refine it (see docs)
+    uint32_t pid;
+    uint32_t backend_api_version; // GGML_BACKEND_API_VERSION the hooks were compiled against
+    char     hooks_build[64];     // ggml source the hooks were compiled against (e.g. "b10531")
+};
+
+struct ChunkHeader {              // first 64 bytes of every chunk
+    uint32_t magic;
+    uint32_t thread;              // thread index (see THREAD records)
+    uint64_t chunk_index;
+    uint8_t  pad[48];
+};
+
+enum RecordType : uint8_t {
+    REC_NONE    = 0,  // unwritten space
+    REC_STRING  = 1,  // a piece of an interned string
+    REC_META    = 2,  // key/value metadata (both string ids)
+    REC_THREAD  = 3,  // a host thread
+    REC_BACKEND = 4,  // a backend (stream) and its device
+    REC_BUFFER  = 5,  // a buffer seen, allocated or freed
+    REC_CALL    = 6,  // one traced call with begin and end time
+    REC_ACCESS  = 7,  // a byte range read or written by a call
+    REC_PLACE   = 8,  // a tensor's placement after a scheduler allocation
+    REC_CLOCK   = 9,  // a (ticks, CLOCK_MONOTONIC ns) pair to convert record times
+};
+
+enum CallKind : uint8_t {
+    K_SCHED_NEW = 1, K_SCHED_FREE, K_SCHED_GRAPH_COMPUTE, K_SCHED_ALLOC_GRAPH, K_SCHED_RESERVE,
+    K_SCHED_SYNCHRONIZE, K_SCHED_RESET,
+    K_GRAPH_COMPUTE = 16,          // one split run on a backend
+    K_CPY_TENSOR_ASYNC, K_SET_TENSOR_ASYNC, K_GET_TENSOR_ASYNC, K_SET_TENSOR_2D_ASYNC,
+    K_GET_TENSOR_2D_ASYNC, K_SYNCHRONIZE, K_EVENT_RECORD, K_EVENT_WAIT,
+    K_EVENT_NEW = 32, K_EVENT_FREE, K_EVENT_SYNCHRONIZE,
+    K_BUF_SET_TENSOR = 48, K_BUF_GET_TENSOR, K_BUF_SET_TENSOR_2D, K_BUF_GET_TENSOR_2D,
+    K_BUF_CPY_TENSOR, K_BUF_MEMSET_TENSOR, K_BUF_CLEAR, K_BUF_ALLOC, K_BUF_FREE,
+    K_USER_MARK = 64, K_USER_RANGE,
+};
+
+enum AccessMode : uint8_t { ACC_READ = 1, ACC_WRITE = 2 };
+
+enum BufferEvent : uint8_t { BUF_SEEN = 1, BUF_ALLOCATED = 2, BUF_FREED = 3 };
+
+static const uint32_t NONE32 = 0xffffffffu;
+
+struct StringRec {   // REC_STRING
+    uint8_t  type;
+    uint8_t  len;         // bytes used in `text`
+    uint16_t piece;       // index of this piece
+    uint32_t total_len;   // length of the whole string
+    uint64_t id;          // hash of the whole string
+    char     text[STRING_PIECE];
+};
+
+struct MetaRec {     // REC_META
+    uint8_t  type, pad[3];
+    uint32_t thread;
+    uint64_t t;
+    uint64_t key;         // string id
+    uint64_t value;       // string id
+    uint8_t  pad2[32];
+};
+
+// Record times are in ticks of the CPU's invariant time-stamp counter (one `rdtsc`, ~10 ns, where a
+// clock_gettime can cost ~50 ns in a VM). CLOCK records pair ticks with CLOCK_MONOTONIC so the
+// loader converts them to nanoseconds by linear interpolation. Without a TSC, ticks are ns.
+struct ClockRec {    // REC_CLOCK
+    uint8_t  type, pad[3];
+    uint32_t thread;
+    uint64_t ticks;
+    uint64_t monotonic_ns;
+    uint8_t  pad2[40];
+};
+
+struct ThreadRec {   // REC_THREAD
+    uint8_t  type, pad[3];
+    uint32_t thread;
+    uint64_t t;
+    uint64_t os_tid;
+    uint64_t name;        // string id
+    uint8_t  pad2[32];
+};
+
+struct BackendRec {  // REC_BACKEND
+    uint8_t  type;
+    uint8_t  device_type; // enum ggml_backend_dev_type
+    uint8_t  has_async;   // backend has async copies or set/get
+    uint8_t  has_events;  // device can create events
+    uint32_t backend;     // backend index
+    uint64_t ptr;         // ggml_backend_t
+    uint64_t device_ptr;  // ggml_backend_dev_t
+    uint64_t name;        // string ids
+    uint64_t device_name;
+    uint64_t device_description;
+    uint64_t t;
+    uint64_t reserved;
+};
+
+struct BufferRec {   // REC_BUFFER
+    uint8_t  type;
+    uint8_t  event;       // BufferEvent
+    uint8_t  usage;       // enum ggml_backend_buffer_usage
+    uint8_t  is_host;
+    uint32_t thread;
+    uint64_t t;
+    uint64_t ptr;         // ggml_backend_buffer_t
+    uint64_t base;
+    uint64_t size;
+    uint64_t buft_name;   // string id
+    uint64_t device_ptr;  // device of the buffer type (0 if none)
+    uint64_t reserved;
+};
+
+struct CallRec {     // REC_CALL
+    uint8_t  type;
+    uint8_t  kind;        // CallKind
+    uint8_t  sched;       // scheduler index (0xff: outside any scheduler)
+    uint8_t  flags;       // CallKind specific; bit0 = call returned failure
+    uint32_t thread;
+    uint64_t t_begin;
+    uint64_t t_end;
+    uint64_t call_id;     // unique per trace: thread << 40 | per-thread counter
+    uint32_t backend;     // backend index, or NONE32 (dst backend for copies)
+    uint32_t backend2;    // src backend for copies, or NONE32
+    uint32_t graph;       // scheduler graph sequence number, or NONE32
+    int32_t  split;       // split index within the graph, or -1
+    uint64_t obj;         // event handle, buffer, tensor, or string id (user ranges)
+    uint64_t arg;         // bytes, nodes, or kind-specific
+};
+
+struct AccessRec {   // REC_ACCESS and REC_PLACE
+    uint8_t  type;
+    uint8_t  mode;        // AccessMode (REC_ACCESS); 0 for REC_PLACE
+    uint8_t  pad[2];
+    uint32_t thread;
+    uint64_t call_id;     // the call this belongs to
+    uint64_t buffer;      // ggml_backend_buffer_t, or 0 when `offset` is a raw host address
+    uint64_t offset;
+    uint64_t size;
+    uint64_t tensor;      // string id of the tensor name
+    uint64_t node;        // string id of the node that reads it (reads), else = tensor
+    uint32_t op;          // ggml_op of the tensor
+    uint32_t index;       // node index within the split / graph
+};
+
+static_assert(sizeof(FileHeader) <= HEADER_SIZE, "header");
+static_assert(sizeof(ChunkHeader) == RECORD_SIZE, "chunk header");
+static_assert(sizeof(StringRec) == RECORD_SIZE, "string");
+static_assert(sizeof(MetaRec) == RECORD_SIZE, "meta");
+static_assert(sizeof(ThreadRec) == RECORD_SIZE, "thread");
+static_assert(sizeof(ClockRec) == RECORD_SIZE, "clock");
+static_assert(sizeof(BackendRec) == RECORD_SIZE, "backend");
+static_assert(sizeof(BufferRec) == RECORD_SIZE, "buffer");
+static_assert(sizeof(CallRec) == RECORD_SIZE, "call");
+static_assert(sizeof(AccessRec) == RECORD_SIZE, "access");
+
+}  // namespace ggml_trace

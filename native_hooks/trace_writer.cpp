@@ -1,0 +1,326 @@
+#include "trace_writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace ggml_trace {
+
+namespace {
+
+const uint64_t CHUNKS_PER_SEGMENT = 64;  // 4 MiB of file per mapping
+const uint64_t SEGMENT_BYTES      = CHUNKS_PER_SEGMENT * CHUNK_SIZE;
+const uint64_t MAX_SEGMENTS       = 1 << 16;  // 256 GiB of trace
+const uint64_t CLOSED             = 1ull << 62;
+const size_t   STRING_CACHE       = 4096;  // per-thread cache of strings already written
+
+struct Writer {
+    int fd = -1;
+    char path[4096] = {0};
+    std::atomic<uint64_t> next_chunk{0};
+    std::atomic<uint64_t> mapped_segments{0};
+    std::atomic<uint8_t *> segments[MAX_SEGMENTS];
+    std::atomic<uint32_t> next_thread{0};
+    std::atomic<bool> open{false};
+    std::mutex grow_mutex;
+    pid_t pid = 0;
+    std::atomic<uint64_t> last_sync_ticks{0};
+    uint64_t sync_interval_ticks = 0;
+};
+
+Writer g_writer;
+
+struct ThreadState {
+    uint8_t * cur = nullptr;
+    uint8_t * end = nullptr;
+    uint32_t thread = NONE32;
+    uint64_t calls = 0;
+    uint64_t strings[STRING_CACHE] = {0};
+};
+
+thread_local ThreadState t_state;
+
+// Maps segments up to and including `seg`. Slow path: once per 4 MiB of trace.
+bool ensure_segment(uint64_t seg) {
+    if (seg < g_writer.mapped_segments.load(std::memory_order_acquire)) {
+        return true;
+    }
+    if (seg >= MAX_SEGMENTS) {
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(g_writer.grow_mutex);
+    uint64_t n = g_writer.mapped_segments.load(std::memory_order_relaxed);
+    while (n <= seg) {
+        off_t off = (off_t) (HEADER_SIZE + n * SEGMENT_BYTES);
+        // fallocate, not ftruncate: a sparse file would SIGBUS the writer when the disk fills up.
+        int err = posix_fallocate(g_writer.fd, off, (off_t) SEGMENT_BYTES);
+        if (err != 0) {
+            fprintf(stderr, "ggml-trace: cannot grow %s (%s); tracing stops here\n", g_writer.path,
+                    strerror(err));
+            return false;
+        }
+        void * p = mmap(nullptr, SEGMENT_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, g_writer.fd, off);
+        if (p == MAP_FAILED) {
+            fprintf(stderr, "ggml-trace: mmap failed (%s); tracing stops here\n", strerror(errno));
+            return false;
+        }
+        g_writer.segments[n].store((uint8_t *) p, std::memory_order_release);
+        n++;
+        g_writer.mapped_segments.store(n, std::memory_order_release);
+    }
+    return true;
+}
+
+bool new_chunk(ThreadState & ts) {
+    if (!g_writer.open.load(std::memory_order_acquire) || g_writer.pid != getpid()) {
+        return false;
+    }
+    uint64_t idx = g_writer.next_chunk.fetch_add(1, std::memory_order_relaxed);
+    if (idx >= CLOSED || !ensure_segment(idx / CHUNKS_PER_SEGMENT)) {
+        ts.cur = ts.end = nullptr;
+        return false;
+    }
+    uint8_t * seg = g_writer.segments[idx / CHUNKS_PER_SEGMENT].load(std::memory_order_acquire);
+    uint8_t * chunk = seg + (idx % CHUNKS_PER_SEGMENT) * CHUNK_SIZE;
+    ChunkHeader * h = (ChunkHeader *) chunk;
+    h->thread = ts.thread;
+    h->chunk_index = idx;
+    __atomic_store_n(&h->magic, CHUNK_MAGIC, __ATOMIC_RELEASE);
+    ts.cur = chunk + RECORD_SIZE;
+    ts.end = chunk + CHUNK_SIZE;
+    return true;
+}
+
+void write_string_pieces(uint64_t id, const char * s, size_t len) {
+    size_t n_pieces = len == 0 ? 1 : (len + STRING_PIECE - 1) / STRING_PIECE;
+    for (size_t p = 0; p < n_pieces; p++) {
+        StringRec * r = (StringRec *) reserve_record();
+        if (!r) {
+            return;
+        }
+        size_t off = p * STRING_PIECE;
+        size_t n = len - off < STRING_PIECE ? len - off : STRING_PIECE;
+        r->len = (uint8_t) n;
+        r->piece = (uint16_t) p;
+        r->total_len = (uint32_t) len;
+        r->id = id;
+        memcpy(r->text, s + off, n);
+        commit_record(r, REC_STRING);
+    }
+}
+
+void after_fork_in_child() {
+    // The mapping is shared with the parent's file: the child must not write into it.
+    g_writer.open.store(false, std::memory_order_release);
+    t_state.cur = t_state.end = nullptr;
+}
+
+}  // namespace
+
+bool writer_open(const char * path, const char * hooks_build, uint32_t api_version) {
+    if (g_writer.open.load()) {
+        return true;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "ggml-trace: cannot create trace file %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    FileHeader h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, FILE_MAGIC, sizeof(h.magic));
+    h.version = FORMAT_VERSION;
+    h.header_size = HEADER_SIZE;
+    h.record_size = RECORD_SIZE;
+    h.chunk_size = CHUNK_SIZE;
+    // Calibrate ticks against CLOCK_MONOTONIC over 2 ms; CLOCK records refine it during the run.
+    timespec real;
+    uint64_t mono0 = monotonic_ns(), ticks0 = now_ticks();
+    clock_gettime(CLOCK_REALTIME, &real);
+    uint64_t mono1, ticks1;
+    do {
+        mono1 = monotonic_ns();
+        ticks1 = now_ticks();
+    } while (mono1 - mono0 < 2000000);
+    h.t0_monotonic_ns = mono0;
+    h.t0_realtime_ns = (uint64_t) real.tv_sec * 1000000000ull + (uint64_t) real.tv_nsec;
+    h.t0_ticks = ticks0;
+    h.ns_per_tick = ticks1 > ticks0 ? (double) (mono1 - mono0) / (double) (ticks1 - ticks0) : 1.0;
+    g_writer.sync_interval_ticks = (uint64_t) (50e6 / h.ns_per_tick);
+    h.pid = (uint32_t) getpid();
+    h.backend_api_version = api_version;
+    snprintf(h.hooks_build, sizeof(h.hooks_build), "%s", hooks_build);
+    char page[HEADER_SIZE];
+    memset(page, 0, sizeof(page));
+    memcpy(page, &h, sizeof(h));
+    if (pwrite(fd, page, sizeof(page), 0) != (ssize_t) sizeof(page)) {
+        fprintf(stderr, "ggml-trace: cannot write trace header to %s: %s\n", path, strerror(errno));
+        close(fd);
+        return false;
+    }
+    g_writer.fd = fd;
+    snprintf(g_writer.path, sizeof(g_writer.path), "%s", path);
+    g_writer.pid = getpid();
+    static std::once_flag atfork_once;
+    std::call_once(atfork_once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
+    g_writer.open.store(true, std::memory_order_release);
+    maybe_clock_sync();
+    return true;
+}
+
+void maybe_clock_sync() {
+    uint64_t t = now_ticks();
+    uint64_t last = g_writer.last_sync_ticks.load(std::memory_order_relaxed);
+    if (t - last < g_writer.sync_interval_ticks ||
+        !g_writer.last_sync_ticks.compare_exchange_strong(last, t, std::memory_order_relaxed)) {
+        return;
+    }
+    ClockRec * r = (ClockRec *) reserve_record();
+    if (r) {
+        r->thread = thread_index();
+        r->monotonic_ns = monotonic_ns();
+        r->ticks = now_ticks();
+        commit_record(r, REC_CLOCK);
+    }
+}
+
+void writer_close() {
+    if (g_writer.pid == getpid() && g_writer.open.load()) {
+        g_writer.last_sync_ticks.store(0);
+        maybe_clock_sync();  // a last calibration point at the end of the run
+    }
+    if (!g_writer.open.exchange(false) || g_writer.pid != getpid()) {
+        return;
+    }
+    // Poison the chunk counter: a thread still running gets no new chunk, and every chunk handed
+    // out so far lies below `used`, so trimming the file cannot pull pages from under a writer.
+    uint64_t used = g_writer.next_chunk.fetch_add(CLOSED);
+    uint64_t mapped = g_writer.mapped_segments.load() * CHUNKS_PER_SEGMENT;
+    if (used > mapped) {
+        used = mapped;
+    }
+    if (ftruncate(g_writer.fd, (off_t) (HEADER_SIZE + used * CHUNK_SIZE)) != 0) {
+        fprintf(stderr, "ggml-trace: could not trim %s: %s\n", g_writer.path, strerror(errno));
+    }
+}
+
+bool writer_reserve(uint64_t bytes) {
+    uint64_t segs = (bytes + SEGMENT_BYTES - 1) / SEGMENT_BYTES;
+    return segs == 0 || ensure_segment(segs - 1);
+}
+
+bool writer_is_open() { return g_writer.open.load(std::memory_order_acquire); }
+
+const char * writer_path() { return g_writer.path; }
+
+void writer_flush() {
+    uint64_t n = g_writer.mapped_segments.load(std::memory_order_acquire);
+    for (uint64_t i = 0; i < n; i++) {
+        msync(g_writer.segments[i].load(), SEGMENT_BYTES, MS_ASYNC);
+    }
+}
+
+uint32_t thread_index() {
+    ThreadState & ts = t_state;
+    if (ts.thread == NONE32) {
+        ts.thread = g_writer.next_thread.fetch_add(1);
+        char name[64] = {0};
+        pthread_getname_np(pthread_self(), name, sizeof(name));
+        uint64_t name_id = intern(name);
+        ThreadRec * r = (ThreadRec *) reserve_record();
+        if (r) {
+            r->thread = ts.thread;
+            r->t = now_ticks();
+            r->os_tid = (uint64_t) syscall(SYS_gettid);
+            r->name = name_id;
+            commit_record(r, REC_THREAD);
+        }
+    }
+    return ts.thread;
+}
+
+uint64_t next_call_id() {
+    uint32_t thread = thread_index();
+    return ((uint64_t) thread << 40) | ++t_state.calls;
+}
+
+void * reserve_record() {
+    ThreadState & ts = t_state;
+    if (ts.thread == NONE32) {
+        thread_index();  // a new thread: claim an index before its first chunk
+    }
+    if (ts.cur == ts.end && !new_chunk(ts)) {
+        return nullptr;
+    }
+    void * r = ts.cur;
+    ts.cur += RECORD_SIZE;
+    return r;
+}
+
+void commit_record(void * rec, uint8_t type) {
+    __atomic_store_n((uint8_t *) rec, type, __ATOMIC_RELEASE);
+}
+
+uint64_t string_id(const char * s, size_t len) {
+    if (!s || len == 0) {
+        return 0;
+    }
+    // Word-at-a-time multiply-xorshift hash: names are short and hashed on the hot path. The id is
+    // opaque to readers (they map ids through STRING records), so only collisions matter.
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t) len;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    if (i < len) {
+        uint64_t w = 0;
+        memcpy(&w, s + i, len - i);
+        h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+        h ^= h >> 29;
+    }
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
+uint64_t intern(const char * s, size_t len) {
+    uint64_t id = string_id(s, len);
+    if (id == 0) {
+        return 0;
+    }
+    uint64_t & slot = t_state.strings[id % STRING_CACHE];
+    if (slot != id) {
+        write_string_pieces(id, s, len);
+        slot = id;
+    }
+    return id;
+}
+
+uint64_t intern(const char * s) { return s ? intern(s, strlen(s)) : 0; }
+
+void write_meta(const char * key, const char * value, size_t value_len) {
+    uint64_t k = intern(key);
+    uint64_t v = intern(value, value_len);
+    MetaRec * r = (MetaRec *) reserve_record();
+    if (!r) {
+        return;
+    }
+    r->thread = thread_index();
+    r->t = now_ticks();
+    r->key = k;
+    r->value = v;
+    commit_record(r, REC_META);
+}
+
+}  // namespace ggml_trace

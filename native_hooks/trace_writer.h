@@ -1,0 +1,61 @@
+// Lock-free, allocation-free trace writer over a MAP_SHARED file mapping.
+//
+// Every thread owns the chunk it writes into; a new chunk costs one atomic add (and, once per
+// segment, a mutex and fallocate). Records go straight into the page cache, so the kernel keeps
+// them when the process dies by SIGKILL, SIGSEGV or abort(): there is nothing to flush.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "trace_format.h"
+
+namespace ggml_trace {
+
+inline uint64_t monotonic_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+// The record clock (see ClockRec in trace_format.h).
+inline uint64_t now_ticks() {
+#if defined(__x86_64__)
+    return __builtin_ia32_rdtsc();
+#else
+    return monotonic_ns();
+#endif
+}
+
+// Opens (creates) the trace file. `hooks_build` names the ggml source the hooks were built for.
+bool writer_open(const char * path, const char * hooks_build, uint32_t api_version);
+// Stops further writes and trims the file to the chunks in use. Safe to call more than once.
+void writer_close();
+bool writer_is_open();
+// Grows and maps the file ahead of time (the kernel zero-fills pages when a segment is added).
+bool writer_reserve(uint64_t bytes);
+const char * writer_path();
+// Writes a CLOCK record if the last one is older than about 50 ms (cheap to call often).
+void maybe_clock_sync();
+
+// Asks the kernel to write the mapped pages to disk (they already survive a process crash).
+void writer_flush();
+
+// Small index of the calling thread (emits a THREAD record the first time).
+uint32_t thread_index();
+// Unique id for a new call record of the calling thread.
+uint64_t next_call_id();
+
+// Returns a zeroed 64-byte slot in the calling thread's chunk, or nullptr if tracing stopped.
+void * reserve_record();
+// Publishes a filled record: stores its type byte last, with release order.
+void commit_record(void * rec, uint8_t type);
+
+// Interns a string and returns its id (64-bit FNV-1a of the bytes; 0 for null or empty).
+uint64_t intern(const char * s, size_t len);
+uint64_t intern(const char * s);
+uint64_t string_id(const char * s, size_t len);
+
+void write_meta(const char * key, const char * value, size_t value_len);
+
+}  // namespace ggml_trace

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Build the pieces of one llama.cpp tree that ggml-trace needs: ggml (CPU + RPC, shared),
+# libllama, llama-simple, llama-completion, llama-bench and ggml-rpc-server.
+# usage: build_llama.sh SOURCE_DIR BUILD_DIR [extra cmake args...]
+set -euo pipefail
+src=$1; out=$2; shift 2
+jobs=${JOBS:-$(nproc)}
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S "$src" -B "$out" -G "Unix Makefiles" \
+  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+  -DGGML_RPC=ON -DGGML_CCACHE=OFF "${launcher[@]}" \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF \
+  -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF \
+  -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
+  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
+  "$@" >"$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
+cmake --build "$out" -j "$jobs" --target llama-simple llama-completion llama-bench ggml-rpc-server

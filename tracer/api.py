@@ -1,0 +1,86 @@
+"""Control a trace from inside a Python process that runs under the hooks.
+
+    GGML_TRACE ... ggml-trace record -- python my_script.py
+    import tracer
+    with tracer.range("prompt 3"):
+        llm(prompt)
+    tracer.mark("done")
+
+Outside a traced process every call is a no-op, so scripts need no special casing.
+"""
+import contextlib
+import ctypes
+
+_lib = None
+
+
+def _hooks():
+    """The hook library's control functions, found among the symbols already loaded."""
+    global _lib
+    if _lib is None:
+        process = ctypes.CDLL(None)
+        try:
+            process.ggml_trace_active
+        except AttributeError:
+            _lib = False
+            return None
+        for name, res, args in [
+            ("ggml_trace_active", ctypes.c_int, []),
+            ("ggml_trace_start", None, []),
+            ("ggml_trace_stop", None, []),
+            ("ggml_trace_flush", None, []),
+            ("ggml_trace_mark", None, [ctypes.c_char_p]),
+            ("ggml_trace_now", ctypes.c_uint64, []),
+            ("ggml_trace_range", None, [ctypes.c_char_p, ctypes.c_uint64]),
+            ("ggml_trace_output_path", ctypes.c_char_p, []),
+        ]:
+            fn = getattr(process, name)
+            fn.restype, fn.argtypes = res, args
+        _lib = process
+    return _lib or None
+
+
+def is_active() -> bool:
+    lib = _hooks()
+    return bool(lib and lib.ggml_trace_active())
+
+
+def output_path() -> str:
+    lib = _hooks()
+    return lib.ggml_trace_output_path().decode() if lib else ""
+
+
+def start():
+    """Resume recording (see `ggml-trace record --paused`)."""
+    if lib := _hooks():
+        lib.ggml_trace_start()
+
+
+def stop():
+    """Pause recording; what was recorded stays in the file."""
+    if lib := _hooks():
+        lib.ggml_trace_stop()
+
+
+def flush():
+    """Ask the kernel to write the trace to disk now (a crash of the process loses nothing anyway)."""
+    if lib := _hooks():
+        lib.ggml_trace_flush()
+
+
+def mark(name: str):
+    """An instant event on the calling thread's timeline."""
+    if lib := _hooks():
+        lib.ggml_trace_mark(name.encode())
+
+
+@contextlib.contextmanager
+def range(name: str):  # noqa: A001 - reads naturally as tracer.range("...")
+    """A named interval on the calling thread's timeline."""
+    lib = _hooks()
+    begin = lib.ggml_trace_now() if lib else 0
+    try:
+        yield
+    finally:
+        if lib:
+            lib.ggml_trace_range(name.encode(), begin)

@@ -1,0 +1,109 @@
+"""The `ggml-trace` command."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import hooks as hooks_mod
+from .record import record
+
+
+def cmd_record(args) -> int:
+    if not args.cmd:
+        print("ggml-trace record: give the program to run after --", file=sys.stderr)
+        return 2
+    try:
+        lib = Path(args.hooks) if args.hooks else hooks_mod.hooks_for(args.cmd[0], args.build)
+    except hooks_mod.HooksNotFound as e:
+        print(f"ggml-trace record: {e}", file=sys.stderr)
+        return 2
+    if not lib.exists():
+        print(f"ggml-trace record: no hook library at {lib}", file=sys.stderr)
+        return 2
+    rec = record(args.cmd, lib, Path(args.output), paused=args.paused)
+    if not rec.traces:
+        print(f"ggml-trace: {args.cmd[0]} ({rec.describe_exit()}) wrote no trace: it never created a "
+              "ggml backend scheduler, or the hooks did not match its ggml (see the message above)",
+              file=sys.stderr)
+    for t in rec.traces:
+        print(f"ggml-trace: trace written to {t} ({t.stat().st_size} bytes; program {rec.describe_exit()})",
+              file=sys.stderr)
+    return rec.returncode if rec.returncode >= 0 else 128 - rec.returncode
+
+
+def cmd_summary(args) -> int:
+    from analysis import load
+
+    trace = load(args.file)
+    s = trace.summary()
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(f"{args.file}: {s['graphs']} scheduler graph computes")
+    cols = ["name", "splits", "copies_in", "bytes_in", "syncs", "event_records", "event_waits", "busy_ns"]
+    rows = [[str(b[c]) for c in cols] for b in s["backends"]]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    return 0
+
+
+def cmd_builds(args) -> int:
+    for name, d in hooks_mod.pinned_builds().items():
+        print(f"{name}\t{d / hooks_mod.HOOKS_NAME}")
+    for base, lib in hooks_mod.load_registry().items():
+        print(f"registered\t{lib}\t(for {base})")
+    return 0
+
+
+def cmd_register(args) -> int:
+    try:
+        hooks_mod.register(args.ggml_lib_dir, args.hooks)
+    except hooks_mod.HooksNotFound as e:
+        print(f"ggml-trace register-build: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="ggml-trace", description="Trace ggml's backend scheduler.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("record", help="run a program under the hooks and write a trace")
+    p.add_argument("-o", "--output", default="ggml-trace.ggmltrace", help="trace file (default: %(default)s)")
+    p.add_argument("--hooks", help="hook library to inject (default: the one built for the program's ggml)")
+    p.add_argument("--build", help="use the hooks of a pinned build, e.g. b10531")
+    p.add_argument("--paused", action="store_true", help="start paused; the program calls tracer.start()")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
+    p.set_defaults(fn=cmd_record)
+
+    p = sub.add_parser("summary", help="per-backend splits, copies, synchronizations")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_summary)
+
+    p = sub.add_parser("builds", help="list the ggml builds that have hooks")
+    p.set_defaults(fn=cmd_builds)
+
+    p = sub.add_parser("register-build", help="use HOOKS for programs that load the ggml in GGML_LIB_DIR")
+    p.add_argument("ggml_lib_dir")
+    p.add_argument("hooks")
+    p.set_defaults(fn=cmd_register)
+
+    args = ap.parse_args(argv)
+    if getattr(args, "cmd", None) and args.cmd[0] == "--":
+        args.cmd = args.cmd[1:]
+    try:
+        return args.fn(args)
+    except Exception as e:  # a clear one-line error for bad input, not a traceback
+        from analysis import TraceFormatError
+
+        if isinstance(e, (TraceFormatError, OSError)):
+            print(f"ggml-trace {args.command}: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Find the hook library that matches a program's ggml build.
+
+The hooks read ggml's structs through the headers they were compiled with, so they must come from
+the same sources as the program's libggml-base. Each build directory made by `make setup` (and by
+`scripts/build_hooks.sh` for a user's checkout) holds libggml-trace-hooks.so next to its
+libggml-base.so; builds elsewhere are registered in ~/.config/ggml-trace/builds.json.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+HOOKS_NAME = "libggml-trace-hooks.so"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class HooksNotFound(RuntimeError):
+    pass
+
+
+def build_root() -> Path:
+    return Path(os.environ.get("GGML_TRACE_BUILD_DIR", PROJECT_ROOT / "build"))
+
+
+def registry_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME", str(Path.home() / ".config"))
+    return Path(base) / "ggml-trace" / "builds.json"
+
+
+def load_registry() -> dict:
+    try:
+        return json.loads(registry_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def register(ggml_lib_dir: str, hooks: str):
+    """Remember that programs using the libggml-base in `ggml_lib_dir` take `hooks`."""
+    base = Path(ggml_lib_dir) / "libggml-base.so"
+    if not base.exists():
+        raise HooksNotFound(f"no libggml-base.so in {ggml_lib_dir}")
+    reg = load_registry()
+    reg[str(base.resolve())] = str(Path(hooks).resolve())
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    registry_path().write_text(json.dumps(reg, indent=2) + "\n")
+
+
+def pinned_builds() -> dict:
+    """{'b10531': Path(.../build/llama-b10531/bin), ...} for the builds `make setup` made."""
+    out = {}
+    for d in sorted(build_root().glob("llama-b*/bin")):
+        if (d / HOOKS_NAME).exists():
+            out[d.parent.name.removeprefix("llama-")] = d
+    return out
+
+
+def ggml_base_of(program: str):
+    """Path of the libggml-base.so that `program` loads, or None (static build, script, ...)."""
+    exe = shutil.which(program) or program
+    try:
+        out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"libggml-base\.so\S*\s+=>\s+(\S+)", out)
+    return Path(m.group(1)).resolve() if m else None
+
+
+def hooks_for(program: str, build: str = None) -> Path:
+    """The hook library for `program` (or for the pinned `build`, e.g. 'b10531')."""
+    if build:
+        builds = pinned_builds()
+        if build not in builds:
+            known = ", ".join(builds) or "none (run `make setup`)"
+            raise HooksNotFound(f"no pinned build {build!r}; built: {known}")
+        return builds[build] / HOOKS_NAME
+    base = ggml_base_of(program)
+    if base is None:
+        raise HooksNotFound(
+            f"cannot tell which ggml {program!r} uses (no libggml-base.so among its libraries); "
+            "pass --hooks LIB or --build bNNNNN")
+    beside = base.parent / HOOKS_NAME
+    if beside.exists():
+        return beside
+    registered = load_registry().get(str(base))
+    if registered and Path(registered).exists():
+        return Path(registered)
+    raise HooksNotFound(
+        f"{program!r} uses {base}, and no hooks were built for it. Build them with "
+        f"`scripts/build_hooks.sh <its llama.cpp sources> {base.parent}` (see docs/building.md), "
+        "or pass --hooks LIB")
