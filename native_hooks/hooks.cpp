@@ -806,6 +806,9 @@ void write_process_meta() {
     write_meta("hooks_build", GGML_TRACE_HOOKS_BUILD, strlen(GGML_TRACE_HOOKS_BUILD));
     snprintf(buf, sizeof(buf), "%d", GGML_BACKEND_API_VERSION);
     write_meta("backend_api_version", buf, strlen(buf));
+}
+
+void write_ggml_meta() {
     const char * v = g_api.version ? g_api.version() : "unknown";
     write_meta("ggml_version", v, strlen(v));
     const char * c = g_api.commit ? g_api.commit() : "unknown";
@@ -826,36 +829,52 @@ bool open_output(const char * path) {
     return writer_open(path, GGML_TRACE_HOOKS_BUILD, GGML_BACKEND_API_VERSION);
 }
 
-void init() {
+// The trace file opens on the first call that needs it: a ggml entry point, or a user mark from a
+// process that has not loaded ggml yet.
+std::once_flag g_writer_once;
+void init_writer() {
     const char * out = getenv("GGML_TRACE_OUTPUT");
-    if (!resolve_ggml_api()) {
-        g_state.store(State::DISABLED);
-        return;
-    }
     if (!out || !*out) {
-        g_state.store(State::DISABLED);  // loaded but not asked to trace: pure pass-through
-        return;
+        return;  // loaded but not asked to trace: every hook passes straight through
     }
     const char * paused = getenv("GGML_TRACE_START_PAUSED");
     g_capture.store(!(paused && *paused == '1'));
-    if (!open_output(out)) {
+    if (open_output(out)) {
+        write_process_meta();
+        atexit(writer_close);
+    }
+}
+
+bool writer_ready() {
+    std::call_once(g_writer_once, init_writer);
+    return writer_is_open();
+}
+
+void init() {
+    bool resolved = resolve_ggml_api();  // the real entry points, needed even when not tracing
+    if (!writer_ready()) {
         g_state.store(State::DISABLED);
         return;
     }
-    write_process_meta();
+    if (!resolved) {
+        g_state.store(State::DISABLED);  // resolve_ggml_api said what is missing
+        return;
+    }
+    write_ggml_meta();
     char why[256];
     if (!check_tensor_layout(why, sizeof(why))) {
         disable(why);
         return;
     }
     g_state.store(State::ACTIVE);
-    atexit(writer_close);
 }
 
 bool active() {
     std::call_once(g_init_once, init);
     return g_state.load(std::memory_order_acquire) == State::ACTIVE;
 }
+
+bool user_capturing() { return writer_ready() && g_capture.load(std::memory_order_relaxed); }
 
 struct ScopedGraph {  // marks the calling thread as inside one scheduler graph compute
     Context saved;
@@ -1062,18 +1081,18 @@ void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
 
 // ---------------------------------------------------------------- control API (ctypes)
 
-int ggml_trace_active(void) { return active() ? 1 : 0; }
+int ggml_trace_active(void) { return writer_ready() ? 1 : 0; }
 
 void ggml_trace_start(void) { g_capture.store(true); }
 
 void ggml_trace_stop(void) { g_capture.store(false); }
 
-const char * ggml_trace_output_path(void) { return active() ? writer_path() : ""; }
+const char * ggml_trace_output_path(void) { return writer_ready() ? writer_path() : ""; }
 
 uint64_t ggml_trace_now(void) { return now_ticks(); }
 
 void ggml_trace_mark(const char * name) {
-    if (!active() || !capturing()) {
+    if (!user_capturing()) {
         return;
     }
     CallScope c(K_USER_MARK);
@@ -1082,7 +1101,7 @@ void ggml_trace_mark(const char * name) {
 }
 
 void ggml_trace_range(const char * name, uint64_t t_begin) {
-    if (!active() || !capturing()) {
+    if (!user_capturing()) {
         return;
     }
     CallScope c(K_USER_RANGE);
@@ -1092,7 +1111,7 @@ void ggml_trace_range(const char * name, uint64_t t_begin) {
 }
 
 void ggml_trace_flush(void) {
-    if (active()) {
+    if (writer_ready()) {
         writer_flush();
     }
 }

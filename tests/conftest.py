@@ -1,0 +1,35 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from tracer import programs  # noqa: E402
+
+BUILDS = programs.PINNED
+API_VERSION = {"b10524": 2, "b10531": 2, "b11434": 3}
+
+
+@pytest.fixture(scope="session")
+def model():
+    return programs.tiny_model()
+
+
+def ggml_trace(*args, **kw):
+    """Runs the installed CLI, as a user would."""
+    exe = Path(sys.executable).parent / "ggml-trace"
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, errors="replace", **kw)
+
+
+def built_program(build, name):
+    return ROOT / "build" / f"hooks-{build}" / name
+
+
+def completion_cmd(build, model, *extra, n=8):
+    return [str(programs.program(build, "llama-completion")), "-m", str(model), "-n", str(n), "-p", "the of and",
+            "--temp", "0", "--seed", "1", "-no-cnv", *map(str, extra)]
