@@ -144,7 +144,7 @@ void emit_tensor(uint8_t type, uint8_t mode, uint64_t call_id, const ggml_tensor
 }
 
 void emit_host(uint8_t mode, uint64_t call_id, const void * data, size_t size) {
-    emit_range(REC_ACCESS, mode, call_id, nullptr, (uint64_t) (uintptr_t) data, size, 0, 0, 0, 0);
+    emit_range(REC_ACCESS, mode, call_id, nullptr, (uint64_t) (uintptr_t) data, size, 0, 0, NONE32, NONE32);
 }
 
 // ---------------------------------------------------------------- buffer hooks
@@ -174,7 +174,7 @@ void hook_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor * t, const void *
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size;
     emit_host(ACC_READ, c.id(), data, size);
-    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, 0, offset, size);
+    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, NONE32, offset, size);
     c.commit();
 }
 
@@ -188,7 +188,7 @@ void hook_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor * t, void *
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size;
-    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, 0, offset, size);
+    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, NONE32, offset, size);
     emit_host(ACC_WRITE, c.id(), data, size);
     c.commit();
 }
@@ -208,7 +208,7 @@ void hook_set_tensor_2d(ggml_backend_buffer_t buffer, ggml_tensor * t, const voi
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size * n_copies;
     emit_host(ACC_READ, c.id(), data, span_2d(size, n_copies, stride_data));
-    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, 0, offset, span_2d(size, n_copies, stride_tensor));
+    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, NONE32, offset, span_2d(size, n_copies, stride_tensor));
     c.commit();
 }
 
@@ -223,7 +223,7 @@ void hook_get_tensor_2d(ggml_backend_buffer_t buffer, const ggml_tensor * t, voi
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size * n_copies;
-    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, 0, offset, span_2d(size, n_copies, stride_tensor));
+    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, NONE32, offset, span_2d(size, n_copies, stride_tensor));
     emit_host(ACC_WRITE, c.id(), data, span_2d(size, n_copies, stride_data));
     c.commit();
 }
@@ -238,7 +238,7 @@ void hook_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor * t, uint8_t v
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size;
-    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, 0, offset, size);
+    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, NONE32, offset, size);
     c.commit();
 }
 
@@ -255,8 +255,8 @@ bool hook_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor * src, ggml
     c.r.arg = g_api.nbytes(src);
     c.r.flags = ok ? 0 : 2;  // bit1: declined, the caller falls back to another path
     if (ok) {
-        emit_tensor(REC_ACCESS, ACC_READ, c.id(), src, 0, 0);
-        emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), dst, 0, 0);
+        emit_tensor(REC_ACCESS, ACC_READ, c.id(), src, 0, NONE32);
+        emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), dst, 0, NONE32);
     }
     c.commit();
     return ok;
@@ -272,7 +272,7 @@ void hook_clear(ggml_backend_buffer_t buffer, uint8_t value) {
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) buffer;
     c.r.arg = buffer->size;
-    emit_range(REC_ACCESS, ACC_WRITE, c.id(), buffer, 0, buffer->size, 0, 0, 0, 0);
+    emit_range(REC_ACCESS, ACC_WRITE, c.id(), buffer, 0, buffer->size, 0, 0, NONE32, NONE32);
     c.commit();
 }
 
@@ -493,8 +493,8 @@ bool hook_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backen
     c.r.arg = g_api.nbytes(src);
     c.r.flags = ok ? 0 : 2;  // bit1: declined, the scheduler falls back to a sync copy
     if (ok) {
-        emit_tensor(REC_ACCESS, ACC_READ, c.id(), src, 0, 0);
-        emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), dst, 0, 0);
+        emit_tensor(REC_ACCESS, ACC_READ, c.id(), src, 0, NONE32);
+        emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), dst, 0, NONE32);
     }
     c.commit();
     return ok;
@@ -511,7 +511,7 @@ void hook_set_tensor_async(ggml_backend_t backend, ggml_tensor * t, const void *
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size;
     emit_host(ACC_READ, c.id(), data, size);
-    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, 0, offset, size);
+    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, NONE32, offset, size);
     c.commit();
 }
 
@@ -525,7 +525,7 @@ void hook_get_tensor_async(ggml_backend_t backend, const ggml_tensor * t, void *
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size;
-    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, 0, offset, size);
+    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, NONE32, offset, size);
     emit_host(ACC_WRITE, c.id(), data, size);
     c.commit();
 }
@@ -543,7 +543,7 @@ void hook_set_tensor_2d_async(ggml_backend_t backend, ggml_tensor * t, const voi
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size * n_copies;
     emit_host(ACC_READ, c.id(), data, span_2d(size, n_copies, stride_data));
-    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, 0, offset, span_2d(size, n_copies, stride_tensor));
+    emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, NONE32, offset, span_2d(size, n_copies, stride_tensor));
     c.commit();
 }
 
@@ -558,7 +558,7 @@ void hook_get_tensor_2d_async(ggml_backend_t backend, const ggml_tensor * t, voi
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size * n_copies;
-    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, 0, offset, span_2d(size, n_copies, stride_tensor));
+    emit_tensor(REC_ACCESS, ACC_READ, c.id(), t, 0, NONE32, offset, span_2d(size, n_copies, stride_tensor));
     emit_host(ACC_WRITE, c.id(), data, span_2d(size, n_copies, stride_data));
     c.commit();
 }

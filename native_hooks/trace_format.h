@@ -63,6 +63,9 @@ enum CallKind : uint8_t {
     K_BUF_SET_TENSOR = 48, K_BUF_GET_TENSOR, K_BUF_SET_TENSOR_2D, K_BUF_GET_TENSOR_2D,
     K_BUF_CPY_TENSOR, K_BUF_MEMSET_TENSOR, K_BUF_CLEAR, K_BUF_ALLOC, K_BUF_FREE,
     K_USER_MARK = 64, K_USER_RANGE,
+    // Work as it ran on an async backend's device (written by whoever observed it: a virtual
+    // device's worker, an event watcher). obj = call_id of the host call that enqueued it.
+    K_DEVICE_EXEC = 80,
 };
 
 enum AccessMode : uint8_t { ACC_READ = 1, ACC_WRITE = 2 };
@@ -148,8 +151,8 @@ struct CallRec {     // REC_CALL
     uint64_t t_begin;
     uint64_t t_end;
     uint64_t call_id;     // unique per trace: thread << 40 | per-thread counter
-    uint32_t backend;     // backend index, or NONE32 (dst backend for copies)
-    uint32_t backend2;    // src backend for copies, or NONE32
+    uint32_t backend;     // backend the call was issued to (a buffer call: the buffer's), or NONE32
+    uint32_t backend2;    // the other backend of a backend-to-backend copy (its source), or NONE32
     uint32_t graph;       // scheduler graph sequence number, or NONE32
     int32_t  split;       // split index within the graph, or -1
     uint64_t obj;         // event handle, buffer, tensor, or string id (user ranges)
@@ -168,7 +171,7 @@ struct AccessRec {   // REC_ACCESS and REC_PLACE
     uint64_t tensor;      // string id of the tensor name
     uint64_t node;        // string id of the node that reads it (reads), else = tensor
     uint32_t op;          // ggml_op of the tensor
-    uint32_t index;       // node index within the split / graph
+    uint32_t index;       // node index within the split / graph, or NONE32 (copies, host memory)
 };
 
 static_assert(sizeof(FileHeader) <= HEADER_SIZE, "header");

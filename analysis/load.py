@@ -1,0 +1,598 @@
+"""Load a ggml-trace file into pandas DataFrames (see docs/dataframes.md for every column).
+
+Everything is computed on whole numpy arrays: names are mapped once per distinct string id,
+joins are hash or sorted lookups over whole columns, never per-row Python.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from .trace_file import (
+    ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, KIND_IDS, NONE32, RawTrace, read_trace_file,
+)
+
+MISSING_STRING = "<missing string>"  # an id that no StringRec defines
+SCHED_NONE = 0xFF
+
+DEVICE_TYPES = ["cpu", "gpu", "igpu", "accel", "other"]  # enum ggml_backend_dev_type, then other
+USAGES = ["any", "weights", "compute"]                    # enum ggml_backend_buffer_usage
+MODES = ["read", "write"]
+
+COPY_KINDS = ["cpy_tensor_async", "set_tensor_async", "get_tensor_async", "set_tensor_2d_async",
+              "get_tensor_2d_async", "buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d",
+              "buf_get_tensor_2d", "buf_cpy_tensor"]
+ASYNC_KINDS = COPY_KINDS[:5]
+EVENT_KINDS = ["event_record", "event_wait", "event_synchronize", "event_new", "event_free"]
+SYNC_KINDS = ["synchronize", "event_record", "event_wait", "event_synchronize", "event_new",
+              "event_free", "sched_synchronize"]
+MARK_KINDS = ["user_mark", "user_range"]
+
+I64_MAX = np.iinfo(np.int64).max
+
+
+# -- small vectorised helpers -----------------------------------------------------------------
+
+def _ids(kinds: list[str]) -> np.ndarray:
+    return np.array([KIND_IDS[k] for k in kinds], np.uint8)
+
+
+def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str = "Int64"):
+    """Nullable integer array (pandas Int64/UInt64) without going through Python objects."""
+    np_dtype = np.uint64 if dtype == "UInt64" else np.int64
+    return pd.arrays.IntegerArray(np.asarray(values).astype(np_dtype, copy=False),
+                                  np.asarray(missing, bool))
+
+
+def _take(values: np.ndarray, idx: np.ndarray, fill):
+    """values[idx], with `fill` where idx == -1."""
+    if len(values) == 0:
+        return np.full(len(idx), fill, dtype=values.dtype)
+    if len(idx) == 0 or idx.min() >= 0:
+        return values[idx]
+    return np.where(idx >= 0, values[np.maximum(idx, 0)], fill).astype(values.dtype, copy=False)
+
+
+def _categorical(keys: np.ndarray, label_of) -> pd.Categorical:
+    """Categorical of label_of(key): label_of runs once per distinct key (None -> missing)."""
+    codes, uniq = pd.factorize(keys)
+    labels = np.array([label_of(k) for k in uniq.tolist()], dtype=object)
+    lcodes, cats = pd.factorize(labels)  # distinct keys may share a label
+    lcodes = np.asarray(lcodes, np.int64)
+    return pd.Categorical.from_codes(lcodes[codes] if len(lcodes) else codes, categories=cats)
+
+
+def _rows(recs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """recs[idx] for a structured record array, done on a raw-bytes view: numpy's per-field
+    copy path for structured dtypes is ~10x slower."""
+    raw = recs.view(np.dtype((np.void, recs.dtype.itemsize)))
+    return raw[idx].view(recs.dtype)
+
+
+def _frame(columns: dict) -> pd.DataFrame:
+    """DataFrame over freshly made arrays: copy=False skips pandas' consolidating copy."""
+    return pd.DataFrame(columns, copy=False)
+
+
+def _with_codes(codes: np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.asarray(codes, np.int64), dtype=dtype)
+
+
+def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Row of each query in `keys` (first match), -1 where absent."""
+    if len(keys) == 0:
+        return np.full(len(queries), -1, np.int64)
+    # Queries often come in runs (all accesses of one call): look up each run once.
+    if len(queries) > 1024:
+        head = np.empty(len(queries), bool)
+        head[0] = True
+        np.not_equal(queries[1:], queries[:-1], out=head[1:])
+        n_runs = int(np.count_nonzero(head))
+        if n_runs < len(queries) // 2:
+            run = np.cumsum(head) - 1
+            return _lookup(keys, queries[head])[run]
+    index = pd.Index(keys)
+    if index.is_unique:  # hash lookup; fall back to a sorted search for duplicate keys
+        return index.get_indexer(queries).astype(np.int64, copy=False)
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    pos = np.minimum(np.searchsorted(s, queries), len(s) - 1)
+    return np.where(s[pos] == queries, order[pos], -1)
+
+
+def _pick_lifetime(l_key, l_t, q_key, q_t) -> np.ndarray:
+    """For each query: the lifetime with l_key == q_key whose start l_t is the latest <= q_t
+    (the earliest of them if all start later). -1 if no lifetime has that key."""
+    n = len(l_key)
+    if n == 0:
+        return np.full(len(q_key), -1, np.int64)
+    order = np.lexsort((l_t, l_key))
+    k, t = l_key[order], l_t[order]
+    uk, first, count = np.unique(k, return_index=True, return_counts=True)
+    qg = np.minimum(np.searchsorted(uk, q_key), len(uk) - 1)
+    found = uk[qg] == q_key
+    if count.max() == 1:  # the usual case: every pointer has one lifetime
+        return np.where(found, order[qg], -1)
+    pos = first[qg]
+    multi = np.flatnonzero(found & (count[qg] > 1))
+    if len(multi):  # keys with several lifetimes (reused pointers): choose by time
+        g = np.repeat(np.arange(len(uk)), count)
+        ut = np.unique(t)
+        # (group, time rank) packed in one int64 key that is sorted in `order`.
+        width = len(ut) + 1
+        comp = g.astype(np.int64) * width + np.searchsorted(ut, t) + 1
+        qcomp = qg[multi].astype(np.int64) * width + np.searchsorted(ut, q_t[multi], "right")
+        p = np.searchsorted(comp, qcomp, side="right") - 1
+        pos[multi] = np.maximum(p, first[qg[multi]])
+    return np.where(found, order[pos], -1)
+
+
+# -- the Trace --------------------------------------------------------------------------------
+
+class Trace:
+    """A loaded trace: one DataFrame per kind of thing (see docs/dataframes.md)."""
+
+    threads: pd.DataFrame
+    backends: pd.DataFrame
+    buffers: pd.DataFrame
+    calls: pd.DataFrame
+    splits: pd.DataFrame
+    copies: pd.DataFrame
+    sync: pd.DataFrame
+    accesses: pd.DataFrame
+    allocations: pd.DataFrame
+    marks: pd.DataFrame
+
+    def __init__(self, path: str, header: dict, meta: dict, strings: dict[int, str],
+                 warnings: list[str], **frames: pd.DataFrame):
+        self.path = path
+        self.header = header
+        self.meta = meta
+        self.strings = strings
+        self.warnings = warnings
+        for name, df in frames.items():
+            setattr(self, name, df)
+
+    def summary(self) -> dict:
+        return summarize(self)
+
+    def __repr__(self) -> str:
+        return (f"<Trace {self.path!r}: {len(self.calls)} calls, {len(self.accesses)} accesses, "
+                f"{len(self.backends)} backends, {len(self.buffers)} buffers>")
+
+
+class _Loader:
+    """Builds the DataFrames of one RawTrace. Methods run in order; each keeps the numpy
+    arrays the later ones need (call rows, buffer lifetimes) so joins stay in numpy."""
+
+    def __init__(self, raw: RawTrace):
+        self.raw = raw
+        self.clock = raw.clock()
+        self.strings = raw.strings
+
+    def rel(self, ticks: np.ndarray) -> np.ndarray:
+        """Record times (ticks) -> int64 ns since the header's t0_monotonic_ns."""
+        return self.clock.to_ns(ticks)
+
+    def label(self, sid: int):
+        if sid == 0:
+            return None
+        return self.strings.get(sid, MISSING_STRING)
+
+    def names(self, ids: np.ndarray) -> pd.Categorical:
+        return _categorical(ids, self.label)
+
+    # ---------------------------------------------------------------------------------------
+    def threads(self) -> pd.DataFrame:
+        r = self.raw.threads
+        r = _rows(r, np.argsort(r["t"], kind="stable"))
+        # A thread may be announced again (e.g. once named): the latest record wins.
+        last = len(r) - 1 - np.unique(r["thread"][::-1], return_index=True)[1]
+        r = _rows(r, np.sort(last))
+        r = _rows(r, np.argsort(r["thread"], kind="stable"))
+        return _frame({
+            "thread": r["thread"].astype(np.int64),
+            "os_tid": r["os_tid"].astype(np.uint64),
+            "name": self.names(r["name"]),
+        })
+
+    def backends(self) -> pd.DataFrame:
+        r = self.raw.backends
+        r = _rows(r, np.argsort(r["t"], kind="stable"))
+        r = _rows(r, np.unique(r["backend"], return_index=True)[1])  # first; by index
+        self.b_index = r["backend"].astype(np.int64)
+        name = self.names(r["name"])
+        dev = r["device_type"].astype(np.int64)
+        df = _frame({
+            "backend": self.b_index,
+            "name": name,
+            "device_name": self.names(r["device_name"]),
+            "device_description": self.names(r["device_description"]),
+            "device_type": _with_codes(np.where(dev < 4, dev, 4),
+                                       pd.CategoricalDtype(DEVICE_TYPES)),
+            "has_async": r["has_async"] != 0,
+            "has_events": r["has_events"] != 0,
+            "ptr": r["ptr"].astype(np.uint64),
+            "device_ptr": r["device_ptr"].astype(np.uint64),
+        })
+        # One dtype for every backend-name column; indices without a BackendRec (or without a
+        # name) get a placeholder so they are not confused with "no backend".
+        labels = backend_labels(df)
+        used = pd.unique(np.concatenate([self.raw.calls["backend"], self.raw.calls["backend2"]]))
+        known = set(self.b_index.tolist()) | {NONE32}
+        extra = sorted(int(i) for i in used.tolist() if i not in known)
+        labels += [f"backend#{i}" for i in extra]
+        cats = list(dict.fromkeys(labels))
+        self.backend_dtype = pd.CategoricalDtype(cats)
+        self.b_keys = np.array(self.b_index.tolist() + extra, np.int64)
+        self.b_codes = np.array([cats.index(x) for x in labels], np.int64)
+        self.b_devtype = dev
+        self.b_device_ptr = r["device_ptr"].astype(np.uint64)
+        return df
+
+    def backend_codes(self, idx: np.ndarray) -> np.ndarray:
+        """Codes in backend_dtype for an array of backend indices (NONE32 -> -1)."""
+        idx = idx.astype(np.int64)
+        if len(self.b_keys) and self.b_keys.max() < 4096:  # small indices: a lookup table
+            lut = np.full(4097, -1, np.int64)
+            lut[self.b_keys] = self.b_codes
+            return lut[np.minimum(idx, 4096)]
+        return _take(self.b_codes, _lookup(self.b_keys, idx), -1)
+
+    # ---------------------------------------------------------------------------------------
+    def buffers(self) -> pd.DataFrame:
+        r = self.raw.buffers
+        order = np.lexsort((r["t"], r["ptr"]))  # per buffer, in time order (ties: file order)
+        r = _rows(r, order)
+        n = len(r)
+        ptr = r["ptr"]
+        freed = r["event"] == BUF_FREED
+        new_ptr = np.ones(n, bool)
+        new_ptr[1:] = ptr[1:] != ptr[:-1]
+        # A lifetime starts at a new pointer, right after a FREED record, or where a SEEN /
+        # ALLOCATED record describes other memory than the one before it (the struct was freed
+        # unseen and its address reused). FREED records carry only ptr and size.
+        ident = ["base", "size", "is_host", "device_ptr", "buft_name"]
+        changed = np.zeros(n, bool)
+        for f in ident:
+            changed[1:] |= r[f][1:] != r[f][:-1]
+        new_lt = new_ptr.copy()
+        new_lt[1:] |= freed[:-1] | (changed[1:] & ~freed[1:])
+        start = np.flatnonzero(new_lt)
+        last = np.r_[start[1:], n] - 1 if n else start
+        lt = np.arange(len(start))
+        first_of_ptr = np.maximum.accumulate(np.where(new_ptr[start], lt, 0)) if n else lt
+        generation = lt - first_of_ptr
+        ended = freed[last]
+        # Attributes from the latest record that is not the FREED one (usage can change).
+        attr = np.where(ended & (last > start), last - 1, last)
+        a = _rows(r, attr)
+        is_host = a["is_host"] != 0
+
+        # Owning backend: host memory -> the CPU backend; otherwise the one on that device.
+        cpu = np.flatnonzero(self.b_devtype == 0)
+        cpu_code = self.b_codes[cpu[0]] if len(cpu) else -1
+        dev_code = _take(self.b_codes[: len(self.b_device_ptr)],
+                         _lookup(self.b_device_ptr, a["device_ptr"].astype(np.uint64)), -1)
+        backend = np.where(is_host, cpu_code, dev_code)
+
+        first_seen = self.rel(r["t"][start])
+        freed_t = self.rel(r["t"][last])
+        by_time = np.lexsort((generation, ptr[start], first_seen))
+
+        def sel(x: np.ndarray) -> np.ndarray:  # lifetimes in first_seen order
+            return x[by_time]
+
+        self.lt_ptr = sel(ptr[start]).astype(np.uint64)
+        self.lt_base = sel(a["base"]).astype(np.uint64)
+        self.lt_size = sel(a["size"]).astype(np.uint64)
+        self.lt_host = sel(is_host)
+        self.lt_first = sel(first_seen)
+        self.lt_backend = sel(backend)
+        usage = a["usage"].astype(np.int64)
+        return _frame({
+            "buffer": self.lt_ptr,
+            "generation": sel(generation).astype(np.int64),
+            "base": self.lt_base,
+            "size": self.lt_size,
+            "usage": _with_codes(sel(np.where(usage < 3, usage, -1)),
+                                 pd.CategoricalDtype(USAGES)),
+            "is_host": self.lt_host,
+            "buft_name": self.names(sel(a["buft_name"])),
+            "backend": _with_codes(self.lt_backend, self.backend_dtype),
+            "first_seen": self.lt_first,
+            "freed": _nullable(sel(freed_t), ~sel(ended)),
+        })
+
+    def resolve(self, buffer: np.ndarray, offset: np.ndarray, t: np.ndarray):
+        """Buffer lifetime of each (buffer, offset) at time t; buffer 0 means offset is a host
+        address: find the host buffer containing it and rewrite (buffer, offset) in place.
+        Returns (lifetime row or -1, buffer, offset)."""
+        raw_addr = np.flatnonzero(buffer == 0)
+        lt = _pick_lifetime(self.lt_ptr, self.lt_first, buffer, t)
+        lt[raw_addr] = -1
+        host = np.flatnonzero(self.lt_host)
+        if len(raw_addr) and len(host):
+            addr = offset[raw_addr]
+            bases = np.unique(self.lt_base[host])
+            j = np.searchsorted(bases, addr, side="right") - 1
+            cand = bases[np.maximum(j, 0)]  # the nearest host buffer base at or below addr
+            h = _pick_lifetime(self.lt_base[host], self.lt_first[host], cand, t[raw_addr])
+            h = np.where(h >= 0, host[np.maximum(h, 0)], -1)
+            hb = np.maximum(h, 0)
+            base = self.lt_base[hb]
+            inside = (j >= 0) & (h >= 0) & (addr >= base) & (addr - base < self.lt_size[hb])
+            hit = raw_addr[inside]
+            lt[hit] = h[inside]
+            buffer[hit] = self.lt_ptr[h[inside]]
+            offset[hit] = addr[inside] - base[inside]
+        return lt, buffer, offset
+
+    # ---------------------------------------------------------------------------------------
+    def calls(self) -> pd.DataFrame:
+        r = self.raw.calls
+        r = _rows(r, np.argsort(r["t_begin"], kind="stable"))
+        self.c_id = r["call_id"].astype(np.uint64)
+        kind = r["kind"].astype(np.int64)
+        self.c_kindnum = kind
+        known = list(CALL_KINDS.values())
+        present = np.flatnonzero(np.bincount(r["kind"], minlength=256))
+        extra = sorted(set(present.tolist()) - set(CALL_KINDS))
+        self.kind_dtype = pd.CategoricalDtype(known + [f"kind_{k}" for k in extra])
+        lut = np.full(256, -1, np.int64)
+        lut[list(CALL_KINDS)] = np.arange(len(known))
+        lut[extra] = len(known) + np.arange(len(extra))
+        self.c_kind = lut[kind]
+        self.c_thread = r["thread"].astype(np.int64)
+        self.c_t_begin = self.rel(r["t_begin"])
+        self.c_t_end = self.rel(r["t_end"])
+        self.c_backend = self.backend_codes(r["backend"])
+        sched = r["sched"].astype(np.int64)
+        graph = r["graph"].astype(np.int64)
+        split = r["split"].astype(np.int64)
+        self.c_sched, self.c_sched_na = sched, sched == SCHED_NONE
+        self.c_graph, self.c_graph_na = graph, graph == NONE32
+        self.c_split, self.c_split_na = split, split < 0
+        self.c_obj = r["obj"].astype(np.uint64)
+        self.c_arg = r["arg"].astype(np.uint64)
+        return _frame({
+            "call_id": self.c_id,
+            "kind": _with_codes(self.c_kind, self.kind_dtype),
+            "thread": self.c_thread,
+            "t_begin": self.c_t_begin,
+            "t_end": self.c_t_end,
+            "duration": self.c_t_end - self.c_t_begin,
+            "backend": _with_codes(self.c_backend, self.backend_dtype),
+            "backend2": _with_codes(self.backend_codes(r["backend2"]), self.backend_dtype),
+            "sched": _nullable(sched, self.c_sched_na),
+            "graph": _nullable(graph, self.c_graph_na),
+            "split": _nullable(split, self.c_split_na),
+            "obj": self.c_obj,
+            "arg": self.c_arg,
+            "failed": (r["flags"] & 1) != 0,
+        })
+
+    def call_columns(self, rows: np.ndarray, cols: list[str], t_fill: int = 0) -> dict:
+        """Columns of the calls at `rows` (-1: no such call -> missing values; times that are
+        missing hold t_fill under the mask)."""
+        miss = rows < 0
+        any_miss = bool(miss.any())
+        safe = np.maximum(rows, 0) if any_miss else rows
+
+        def take(v: np.ndarray, fill):
+            if len(v) == 0:
+                return np.full(len(rows), fill, v.dtype)
+            x = v[safe]
+            if any_miss:
+                x[miss] = fill
+            return x
+
+        out = {}
+        for c in cols:
+            if c == "kind":
+                out[c] = _with_codes(take(self.c_kind, -1), self.kind_dtype)
+            elif c == "backend":
+                out[c] = _with_codes(take(self.c_backend, -1), self.backend_dtype)
+            elif c in ("sched", "graph", "split"):
+                v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
+                out[c] = _nullable(take(v, 0), take(na, True))
+            elif c in ("t_begin", "t_end"):
+                out[c] = _nullable(take(getattr(self, "c_" + c), t_fill), miss)
+        return out
+
+    def sub(self, calls: pd.DataFrame, kinds: list[str], cols: list[str]):
+        """(Rows of `calls` with one of `kinds`, their positions); kind's categories = kinds."""
+        rows = np.flatnonzero(np.isin(self.c_kindnum, _ids(kinds)))
+        # One take of just these columns (calls[cols] would copy them first on pandas 2).
+        df = calls.iloc[rows, calls.columns.get_indexer(cols)].reset_index(drop=True)
+        if "kind" in df:
+            df["kind"] = df["kind"].cat.set_categories(kinds)
+        return df, rows
+
+    # ---------------------------------------------------------------------------------------
+    def accesses(self) -> pd.DataFrame:
+        a = self.raw.accesses
+        call_id = a["call_id"].astype(np.uint64)
+        rows = _lookup(self.c_id, call_id)
+        self.a_call = rows
+        cc = self.call_columns(rows, ["kind", "backend", "sched", "graph", "split",
+                                      "t_begin", "t_end"], t_fill=I64_MAX)
+        # Buffer records are written before the call ends, so match lifetimes at the call's
+        # end (accesses without a call: the latest lifetime).
+        lt, buffer, offset = self.resolve(a["buffer"].astype(np.uint64),
+                                          a["offset"].astype(np.uint64),
+                                          cc["t_end"].to_numpy(np.int64, na_value=I64_MAX))
+        self.a_lt, self.a_buffer, self.a_offset = lt, buffer, offset
+        mode = a["mode"].copy()
+        self.a_mode = mode
+        size = a["size"].astype(np.uint64)
+        self.a_tensor = self.names(a["tensor"])
+        op, index = a["op"].astype(np.int64), a["index"].astype(np.int64)
+        mlut = np.full(256, -1, np.int64)
+        mlut[[ACC_READ, ACC_WRITE]] = [0, 1]
+        return _frame({
+            "call_id": call_id,
+            "kind": cc["kind"],
+            "mode": _with_codes(mlut[mode], pd.CategoricalDtype(MODES)),
+            "buffer": buffer,
+            "offset": offset,
+            "size": size,
+            "end": offset + size,
+            "tensor": self.a_tensor,
+            "node": self.names(a["node"]),
+            "op": _nullable(op, op == NONE32),
+            "index": _nullable(index, index == NONE32),
+            "backend": cc["backend"],
+            "thread": a["thread"].astype(np.int64),
+            "sched": cc["sched"],
+            "graph": cc["graph"],
+            "split": cc["split"],
+            "t_begin": cc["t_begin"],
+            "t_end": cc["t_end"],
+        })
+
+    def allocations(self) -> pd.DataFrame:
+        p = self.raw.places
+        call_id = p["call_id"].astype(np.uint64)
+        rows = _lookup(self.c_id, call_id)
+        cc = self.call_columns(rows, ["sched", "graph", "t_end"], t_fill=I64_MAX)
+        _, buffer, offset = self.resolve(p["buffer"].astype(np.uint64),
+                                         p["offset"].astype(np.uint64),
+                                         cc["t_end"].to_numpy(np.int64, na_value=I64_MAX))
+        size = p["size"].astype(np.uint64)
+        op, index = p["op"].astype(np.int64), p["index"].astype(np.int64)
+        return _frame({
+            "call_id": call_id,
+            "sched": cc["sched"],
+            "graph": cc["graph"],
+            "t": cc["t_end"],
+            "buffer": buffer,
+            "offset": offset,
+            "size": size,
+            "end": offset + size,
+            "tensor": self.names(p["tensor"]),
+            "op": _nullable(op, op == NONE32),
+            "index": _nullable(index, index == NONE32),
+        })
+
+    def copies(self, calls: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, COPY_KINDS, ["call_id", "kind", "thread", "t_begin", "t_end",
+                                                "duration", "sched", "graph", "split"])
+        df["bytes"] = calls["arg"].to_numpy()[rows]
+        # Source = the call's first read access, destination = its first write access.
+        # Tables get one extra slot at the end so that call row -1 (no call) lands on it.
+        pos = np.full(len(self.c_id) + 1, -1, np.int64)
+        pos[rows] = np.arange(len(rows))
+        cand = np.flatnonzero(pos[self.a_call] >= 0)  # accesses of copy calls
+        owner = pos[self.a_call[cand]]
+        mode = self.a_mode[cand]
+        for side, want in (("src", ACC_READ), ("dst", ACC_WRITE)):
+            m = mode == want
+            sel, own = cand[m], owner[m]
+            acc = np.full(len(rows), -1, np.int64)
+            # With repeated indices numpy keeps the last value assigned: assigning in reverse
+            # leaves each copy's first access.
+            acc[own[::-1]] = sel[::-1]
+            miss = acc < 0
+            df[f"{side}_buffer"] = _nullable(_take(self.a_buffer, acc, 0), miss, "UInt64")
+            df[f"{side}_offset"] = _nullable(_take(self.a_offset, acc, 0), miss, "UInt64")
+            df[f"{side}_tensor"] = _with_codes(_take(self.a_tensor.codes, acc, -1),
+                                               self.a_tensor.dtype)
+            lt = _take(self.a_lt, acc, -1)
+            df[f"{side}_backend"] = _with_codes(_take(self.lt_backend, lt, -1),
+                                                self.backend_dtype)
+        df = df[["call_id", "kind", "thread", "t_begin", "t_end", "duration", "sched", "graph",
+                 "split", "bytes", "src_buffer", "src_offset", "dst_buffer", "dst_offset",
+                 "src_tensor", "dst_tensor", "src_backend", "dst_backend"]]
+        df["async"] = np.isin(self.c_kindnum[rows], _ids(ASYNC_KINDS))
+        return df
+
+    def splits(self, calls: pd.DataFrame, copies: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, ["graph_compute"], ["call_id", "sched", "graph", "split",
+                                                       "backend", "thread", "t_begin", "t_end",
+                                                       "duration"])
+        df["n_nodes"] = self.c_arg[rows].astype(np.int64)
+        key = ["sched", "graph", "split"]
+        n_in = copies[key].dropna().value_counts().rename("n_inputs").reset_index()
+        df = df.merge(n_in, how="left", on=key)
+        df["n_inputs"] = df["n_inputs"].fillna(0).astype(np.int64)
+        return df
+
+    def sync(self, calls: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, SYNC_KINDS, ["call_id", "kind", "thread", "t_begin", "t_end",
+                                                "duration", "backend", "sched", "graph",
+                                                "split"])
+        is_event = np.isin(self.c_kindnum[rows], _ids(EVENT_KINDS))
+        df.insert(7, "event", _nullable(self.c_obj[rows], ~is_event, "UInt64"))
+        return df
+
+    def marks(self, calls: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, MARK_KINDS, ["kind", "thread", "t_begin", "t_end"])
+        df.insert(1, "name", self.names(self.c_obj[rows]))
+        return df
+
+    def meta(self) -> dict:
+        m = self.raw.meta
+        m = _rows(m, np.argsort(m["t"], kind="stable"))
+        # A handful of records: a plain loop is clearest. Later values win.
+        return {self.label(int(k)) or "": self.label(int(v)) or ""
+                for k, v in zip(m["key"].tolist(), m["value"].tolist())}
+
+
+def load(path: str | os.PathLike, strict: bool = True) -> Trace:
+    """Load a trace file. strict=False skips records of unknown type instead of raising."""
+    raw = read_trace_file(path, strict=strict)
+    ld = _Loader(raw)
+    threads = ld.threads()
+    backends = ld.backends()
+    buffers = ld.buffers()
+    calls = ld.calls()
+    accesses = ld.accesses()
+    allocations = ld.allocations()
+    copies = ld.copies(calls)
+    return Trace(raw.path, raw.header, ld.meta(), raw.strings, list(raw.warnings),
+                 threads=threads, backends=backends, buffers=buffers, calls=calls,
+                 splits=ld.splits(calls, copies), copies=copies, sync=ld.sync(calls),
+                 accesses=accesses, allocations=allocations, marks=ld.marks(calls))
+
+
+def backend_labels(backends: pd.DataFrame) -> list[str]:
+    """The name each backend row goes by in other frames: its name, else "backend#INDEX"."""
+    return [f"backend#{i}" if pd.isna(n) else str(n)
+            for i, n in zip(backends["backend"].tolist(), backends["name"].astype(object))]
+
+
+def summarize(trace: Trace) -> dict:
+    """Per-backend counts: splits run, copies/bytes into it, syncs, events, busy time.
+    Backends sharing a name (one per scheduler, say) are counted together, under the first."""
+    calls, splits, copies, sync = trace.calls, trace.splits, trace.copies, trace.sync
+    names = list(dict.fromkeys(backend_labels(trace.backends)))
+
+    def count(series: pd.Series) -> dict:
+        return series.value_counts().to_dict()
+
+    def of(df: pd.DataFrame, kinds: list[str]) -> pd.DataFrame:
+        return df[df["kind"].isin(kinds)]
+
+    n_splits = count(splits["backend"])
+    busy = splits.groupby("backend", observed=True)["duration"].sum().to_dict()
+    copies_in = count(copies["dst_backend"])
+    bytes_in = copies.groupby("dst_backend", observed=True)["bytes"].sum().to_dict()
+    syncs = count(of(sync, ["synchronize", "event_synchronize"])["backend"])
+    records = count(of(sync, ["event_record"])["backend"])
+    waits = count(of(sync, ["event_wait"])["backend"])
+    return {
+        "graphs": int((calls["kind"] == "sched_graph_compute").sum()),
+        "backends": [{
+            "name": n,
+            "splits": int(n_splits.get(n, 0)),
+            "copies_in": int(copies_in.get(n, 0)),
+            "bytes_in": int(bytes_in.get(n, 0)),
+            "syncs": int(syncs.get(n, 0)),
+            "event_records": int(records.get(n, 0)),
+            "event_waits": int(waits.get(n, 0)),
+            "busy_ns": int(busy.get(n, 0)),
+        } for n in names],
+    }

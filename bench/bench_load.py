@@ -1,0 +1,52 @@
+"""Benchmark analysis.load end to end on a synthetic trace (calls + accesses).
+
+usage: python bench/bench_load.py [--events N] [--threads T] [--repeat R]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+import analysis  # noqa: E402
+from tracegen import synth_trace  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=5_000_000, help="calls + accesses")
+    ap.add_argument("--threads", type=int, default=4, help="writer threads in the trace")
+    ap.add_argument("--repeat", type=int, default=3, help="loads to time; the best counts")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bench.trace")
+        t = time.perf_counter()
+        events = synth_trace(path, args.events, threads=args.threads)
+        print(f"generated {events:,} events ({os.path.getsize(path) / 2**20:.0f} MiB) "
+              f"in {time.perf_counter() - t:.1f} s")
+        best = float("inf")
+        for i in range(args.repeat):
+            gc.collect()
+            t = time.perf_counter()
+            trace = analysis.load(path)
+            dt = time.perf_counter() - t
+            assert len(trace.calls) + len(trace.accesses) == events
+            del trace
+            best = min(best, dt)
+            print(f"  run {i + 1}: {dt:.3f} s")
+    print(f"events: {events:,}")
+    print(f"seconds (best of {args.repeat}): {best:.3f}")
+    print(f"events/s: {events / best:,.0f}")
+    print(f"reproduce: {sys.executable} bench/bench_load.py --events {args.events} "
+          f"--threads {args.threads} --repeat {args.repeat}  (from {ROOT})")
+
+
+if __name__ == "__main__":
+    main()
