@@ -6,6 +6,9 @@ VPY       := $(VENV)/bin/python
 BUILDS    := 10524 10531 11434
 BUILD_DIR := build
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Cache hits across clones in other folders: paths under the repo are hashed relative to it.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 LLAMA_STAMPS := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/.built)
 HOOKS        := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/bin/libggml-trace-hooks.so)
