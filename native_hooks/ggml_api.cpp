@@ -46,6 +46,8 @@ template <typename T> bool need(T & fn, const char * name, bool next = false) {
 
 }  // namespace
 
+void * ggml_symbol(const char * name, bool next) { return lookup(name, next); }
+
 bool resolve_ggml_api() {
     GgmlApi & a = g_api;
     bool ok = true;

@@ -49,6 +49,10 @@ struct GgmlApi {
 
 extern GgmlApi g_api;
 
+// Looks a ggml function up in the process (`next`: the definition after the hooks' own, for the
+// entry points the hooks interpose).
+void * ggml_symbol(const char * name, bool next = false);
+
 // Resolves everything; false (with a message on stderr) when this ggml lacks something we need.
 bool resolve_ggml_api();
 

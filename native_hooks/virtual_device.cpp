@@ -1,0 +1,556 @@
+// Virtual async devices: ggml devices VDEV0..N-1 that behave like GPUs to the scheduler (their
+// buffers are not host buffers, so it copies across; their backends only enqueue work) while the
+// work runs, later, on a worker thread per backend (a FIFO stream) with the CPU backend's kernels.
+// Per-operation latency, copy bandwidth and seeded jitter emulate a slow or underclocked GPU, so the
+// ordering bugs that async backends expose show up on any machine.
+//
+// Enabled by GGML_TRACE_VIRTUAL_DEVICES=N; knobs GGML_TRACE_VDEV_LATENCY_US, _BANDWIDTH_GBPS,
+// _JITTER_US, _SEED, _THREADS. Semantics follow CUDA streams: buffer calls are synchronous and
+// unordered with the stream; events capture the work enqueued before the record.
+#include "virtual_device.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ggml-backend-impl.h"
+#include "ggml-impl.h"
+#include "ggml_api.h"
+#include "registry.h"
+#include "trace_writer.h"
+
+namespace ggml_trace {
+
+namespace {
+
+const int MAX_VDEVS = 8;
+
+struct Knobs {
+    double latency_us = 0;
+    double bandwidth_gbps = 0;  // 0: copies cost only the latency
+    double jitter_us = 0;
+    uint64_t seed = 0;
+    int threads = 1;
+};
+Knobs g_knobs;
+
+// Functions from the program's ggml (resolved by name: the hooks do not link ggml).
+struct CpuApi {
+    ggml_backend_t (*cpu_init)(void);
+    void (*cpu_set_n_threads)(ggml_backend_t, int);
+    enum ggml_status (*graph_compute)(ggml_backend_t, struct ggml_cgraph *);
+    void (*backend_free)(ggml_backend_t);
+    ggml_backend_dev_t (*dev_by_type)(enum ggml_backend_dev_type);
+    void (*register_reg)(ggml_backend_reg_t);
+    bool (*buffer_is_host)(ggml_backend_buffer_t);
+    ggml_backend_buffer_t (*buffer_init)(ggml_backend_buffer_type_t, struct ggml_backend_buffer_i, void *, size_t);
+};
+CpuApi g_cpu;
+
+struct Stream;
+
+struct Event {  // completes when its stream has finished the work enqueued before the record
+    Stream * stream = nullptr;
+    uint64_t seq = 0;
+};
+
+struct Op {
+    enum Kind { COMPUTE, COPY, WAIT } kind;
+    uint64_t seq = 0;
+    // COMPUTE: private copies of the split's tensors (the scheduler may rebuild its graph before
+    // the work runs, as with a real GPU that captured everything at launch)
+    std::vector<ggml_tensor> tensors;
+    std::vector<ggml_tensor *> nodes;
+    // COPY: bytes move when the op runs, not when it is enqueued
+    void * dst = nullptr;
+    const void * src = nullptr;
+    size_t size = 0;
+    // WAIT
+    Stream * wait_stream = nullptr;
+    uint64_t wait_seq = 0;
+    // trace linkage
+    CallContext call;
+};
+
+struct Stream {
+    int device;
+    ggml_backend_t cpu = nullptr;
+    std::mutex m;
+    std::condition_variable cv_work, cv_done;
+    std::deque<Op *> ops;
+    uint64_t enqueued = 0, completed = 0;
+    bool stop = false;
+    std::thread worker;
+    std::mt19937_64 rng;
+    ggml_backend_t backend = nullptr;
+};
+
+struct VDevice {
+    int index;
+    char name[16];
+    char buft_name[16];
+    ggml_backend_device dev;
+    ggml_backend_buffer_type buft;
+};
+
+VDevice g_devices[MAX_VDEVS];
+int g_n_devices = 0;
+ggml_backend_reg g_reg;
+ggml_backend_dev_t g_cpu_dev = nullptr;
+
+// ------------------------------------------------------------------ stream worker
+
+void wait_for(Stream * s, uint64_t seq) {
+    std::unique_lock<std::mutex> lock(s->m);
+    s->cv_done.wait(lock, [&] { return s->completed >= seq; });
+}
+
+void delay(Stream * s, size_t bytes) {
+    double us = g_knobs.latency_us;
+    if (g_knobs.jitter_us > 0) {
+        us += std::uniform_real_distribution<double>(0, g_knobs.jitter_us)(s->rng);
+    }
+    if (bytes && g_knobs.bandwidth_gbps > 0) {
+        us += (double) bytes / (g_knobs.bandwidth_gbps * 1e3);
+    }
+    if (us > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(us));
+    }
+}
+
+void run_compute(Stream * s, Op * op) {
+    static ggml_bitset_t no_bits[1] = {0};
+    static ggml_tensor * no_keys[1] = {nullptr};
+    // An empty hash set: the CPU backend finds no use counts and so fuses nothing.
+    ggml_cgraph g;
+    memset(&g, 0, sizeof(g));
+    g.size = (int) op->nodes.size();
+    g.n_nodes = (int) op->nodes.size();
+    g.nodes = op->nodes.data();
+    g.visited_hash_set.size = 1;
+    g.visited_hash_set.used = no_bits;
+    g.visited_hash_set.keys = no_keys;
+    g.order = GGML_CGRAPH_EVAL_ORDER_LEFT_TO_RIGHT;
+    if (g_cpu.graph_compute(s->cpu, &g) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "ggml-trace: %s: a split failed on the CPU kernels\n", g_devices[s->device].name);
+    }
+}
+
+void record_exec(Stream * s, const Op * op, uint64_t t0, uint64_t t1) {
+    BackendEntry * e = s->backend ? find_backend(s->backend) : nullptr;
+    if (!op->call.call_id || !writer_is_open()) {
+        return;
+    }
+    CallRec * r = (CallRec *) reserve_record();
+    if (!r) {
+        return;
+    }
+    r->kind = K_DEVICE_EXEC;
+    r->sched = 0xff;
+    r->thread = thread_index();
+    r->t_begin = t0;
+    r->t_end = t1;
+    r->call_id = next_call_id();
+    r->backend = e ? e->index : NONE32;
+    r->backend2 = NONE32;
+    r->graph = op->call.graph;
+    r->split = op->call.split;
+    r->obj = op->call.call_id;
+    r->arg = op->kind == Op::COPY ? op->size : op->nodes.size();
+    commit_record(r, REC_CALL);
+}
+
+void worker_main(Stream * s) {
+    char name[16];
+    snprintf(name, sizeof(name), "%s stream", g_devices[s->device].name);
+    pthread_setname_np(pthread_self(), name);
+    for (;;) {
+        Op * op;
+        {
+            std::unique_lock<std::mutex> lock(s->m);
+            s->cv_work.wait(lock, [&] { return s->stop || !s->ops.empty(); });
+            if (s->ops.empty()) {
+                return;
+            }
+            op = s->ops.front();
+            s->ops.pop_front();
+        }
+        if (op->kind == Op::WAIT) {
+            wait_for(op->wait_stream, op->wait_seq);
+        } else {
+            delay(s, op->kind == Op::COPY ? op->size : 0);
+            uint64_t t0 = now_ticks();
+            if (op->kind == Op::COPY) {
+                memcpy(op->dst, op->src, op->size);
+            } else {
+                run_compute(s, op);
+            }
+            record_exec(s, op, t0, now_ticks());
+        }
+        {
+            std::lock_guard<std::mutex> lock(s->m);
+            s->completed = op->seq;
+        }
+        s->cv_done.notify_all();
+        delete op;
+    }
+}
+
+uint64_t enqueue(Stream * s, Op * op) {
+    op->call = current_call();
+    std::lock_guard<std::mutex> lock(s->m);
+    op->seq = ++s->enqueued;
+    s->ops.push_back(op);
+    s->cv_work.notify_one();
+    return op->seq;
+}
+
+void enqueue_copy(Stream * s, void * dst, const void * src, size_t size) {
+    Op * op = new Op();
+    op->kind = Op::COPY;
+    op->dst = dst;
+    op->src = src;
+    op->size = size;
+    enqueue(s, op);
+}
+
+uint64_t tail(Stream * s) {
+    std::lock_guard<std::mutex> lock(s->m);
+    return s->enqueued;
+}
+
+// Deep-copies the split's nodes and every tensor they reach; data pointers stay as they are.
+void clone(Op * op, std::unordered_map<const ggml_tensor *, size_t> & index, const ggml_tensor * t) {
+    if (!t || index.count(t)) {
+        return;
+    }
+    size_t i = op->tensors.size();
+    index[t] = i;
+    op->tensors.push_back(*t);
+    // pointers into op->tensors are fixed up after all copies exist (the vector may grow)
+    for (int j = 0; j < GGML_MAX_SRC; j++) {
+        clone(op, index, t->src[j]);
+    }
+    clone(op, index, t->view_src);
+}
+
+// ------------------------------------------------------------------ backend
+
+Stream * stream_of(ggml_backend_t backend) { return (Stream *) backend->context; }
+
+bool is_vdev_buffer(ggml_backend_buffer_t b) {
+    for (int i = 0; i < g_n_devices; i++) {
+        if (b && b->buft == &g_devices[i].buft) {
+            return true;
+        }
+    }
+    return false;
+}
+
+const char * be_get_name(ggml_backend_t backend) { return g_devices[stream_of(backend)->device].name; }
+
+void be_free(ggml_backend_t backend) {
+    Stream * s = stream_of(backend);
+    {
+        std::lock_guard<std::mutex> lock(s->m);
+        s->stop = true;
+    }
+    s->cv_work.notify_all();
+    s->worker.join();
+    g_cpu.backend_free(s->cpu);
+    delete s;
+    delete backend;
+}
+
+void be_set_tensor_async(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t offset, size_t size) {
+    enqueue_copy(stream_of(backend), (char *) t->data + offset, data, size);
+}
+
+void be_get_tensor_async(ggml_backend_t backend, const ggml_tensor * t, void * data, size_t offset, size_t size) {
+    enqueue_copy(stream_of(backend), data, (const char *) t->data + offset, size);
+}
+
+// Accepts copies into this device from host memory and from any virtual device. A host source is
+// read when the copy runs, as a GPU's DMA from host memory would (Vulkan does this; the race of
+// ggml issue #23321 needs it).
+bool be_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backend, const ggml_tensor * src, ggml_tensor * dst) {
+    if (!is_vdev_buffer(dst->buffer) || !src->buffer) {
+        return false;
+    }
+    bool src_host = g_cpu.buffer_is_host(src->buffer);
+    if (!src_host && !is_vdev_buffer(src->buffer)) {
+        return false;
+    }
+    Stream * s = stream_of(dst_backend);
+    if (!src_host && src_backend != dst_backend && src_backend->iface.get_name == be_get_name) {
+        Op * w = new Op();
+    w->kind = Op::WAIT;  // the copy runs after the source stream's queued work
+        w->wait_stream = stream_of(src_backend);
+        w->wait_seq = tail(w->wait_stream);
+        enqueue(s, w);
+    }
+    enqueue_copy(s, dst->data, src->data, g_api.nbytes(src));
+    return true;
+}
+
+void be_synchronize(ggml_backend_t backend) {
+    Stream * s = stream_of(backend);
+    wait_for(s, tail(s));
+}
+
+enum ggml_status be_graph_compute(ggml_backend_t backend, ggml_cgraph * cgraph) {
+    Op * op = new Op();
+    op->kind = Op::COMPUTE;
+    int n = g_api.graph_n_nodes(cgraph);
+    std::unordered_map<const ggml_tensor *, size_t> index;
+    for (int i = 0; i < n; i++) {
+        clone(op, index, g_api.graph_node(cgraph, i));
+    }
+    for (ggml_tensor & t : op->tensors) {
+        for (int j = 0; j < GGML_MAX_SRC; j++) {
+            if (t.src[j]) t.src[j] = &op->tensors[index[t.src[j]]];
+        }
+        if (t.view_src) t.view_src = &op->tensors[index[t.view_src]];
+    }
+    for (int i = 0; i < n; i++) {
+        op->nodes.push_back(&op->tensors[index[g_api.graph_node(cgraph, i)]]);
+    }
+    enqueue(stream_of(backend), op);
+    return GGML_STATUS_SUCCESS;
+}
+
+void be_event_record(ggml_backend_t backend, ggml_backend_event_t event) {
+    Event * e = (Event *) event->context;
+    e->stream = stream_of(backend);
+    e->seq = tail(e->stream);
+}
+
+void be_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
+    Event * e = (Event *) event->context;
+    if (!e->stream) {
+        return;
+    }
+    Op * w = new Op();
+    w->kind = Op::WAIT;
+    w->wait_stream = e->stream;
+    w->wait_seq = e->seq;
+    enqueue(stream_of(backend), w);
+}
+
+ggml_guid_t vdev_guid() {
+    static ggml_guid guid = {0x67, 0x67, 0x6d, 0x6c, 0x2d, 0x74, 0x72, 0x61, 0x63, 0x65, 0x2d, 0x76, 0x64, 0x65, 0x76, 0x00};
+    return &guid;
+}
+
+// ------------------------------------------------------------------ buffers
+
+struct BufferCtx {
+    void * data;
+    size_t size;
+};
+
+void buf_free(ggml_backend_buffer_t b) {
+    BufferCtx * c = (BufferCtx *) b->context;
+    free(c->data);
+    delete c;
+}
+void * buf_get_base(ggml_backend_buffer_t b) { return ((BufferCtx *) b->context)->data; }
+void buf_memset(ggml_backend_buffer_t, ggml_tensor * t, uint8_t v, size_t off, size_t size) { memset((char *) t->data + off, v, size); }
+void buf_set(ggml_backend_buffer_t, ggml_tensor * t, const void * data, size_t off, size_t size) { memcpy((char *) t->data + off, data, size); }
+void buf_get(ggml_backend_buffer_t, const ggml_tensor * t, void * data, size_t off, size_t size) { memcpy(data, (const char *) t->data + off, size); }
+bool buf_cpy(ggml_backend_buffer_t, const ggml_tensor * src, ggml_tensor * dst) {
+    if (!src->buffer || !(g_cpu.buffer_is_host(src->buffer) || is_vdev_buffer(src->buffer))) {
+        return false;
+    }
+    memcpy(dst->data, src->data, g_api.nbytes(src));
+    return true;
+}
+void buf_clear(ggml_backend_buffer_t b, uint8_t v) { memset(((BufferCtx *) b->context)->data, v, b->size); }
+
+const char * buft_get_name(ggml_backend_buffer_type_t buft) { return ((VDevice *) buft->context)->buft_name; }
+
+ggml_backend_buffer_t buft_alloc(ggml_backend_buffer_type_t buft, size_t size) {
+    BufferCtx * c = new BufferCtx{nullptr, size};
+    if (posix_memalign(&c->data, 64, size ? size : 64) != 0) {
+        delete c;
+        return nullptr;
+    }
+    ggml_backend_buffer_i iface;
+    memset(&iface, 0, sizeof(iface));
+    iface.free_buffer = buf_free;
+    iface.get_base = buf_get_base;
+    iface.memset_tensor = buf_memset;
+    iface.set_tensor = buf_set;
+    iface.get_tensor = buf_get;
+    iface.cpy_tensor = buf_cpy;
+    iface.clear = buf_clear;
+    return g_cpu.buffer_init(buft, iface, c, size);
+}
+size_t buft_alignment(ggml_backend_buffer_type_t) { return 64; }
+bool buft_is_host(ggml_backend_buffer_type_t) { return false; }  // the point: the scheduler must copy
+
+// ------------------------------------------------------------------ device
+
+VDevice & vdev_of(ggml_backend_dev_t dev) { return *(VDevice *) dev->context; }
+
+const char * dev_get_name(ggml_backend_dev_t dev) { return vdev_of(dev).name; }
+const char * dev_get_description(ggml_backend_dev_t) { return "ggml-trace virtual async device"; }
+void dev_get_memory(ggml_backend_dev_t, size_t * free_mem, size_t * total) { *free_mem = *total = (size_t) 64 << 30; }
+enum ggml_backend_dev_type dev_get_type(ggml_backend_dev_t) { return GGML_BACKEND_DEVICE_TYPE_GPU; }
+void dev_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props * p) {
+    memset(p, 0, sizeof(*p));
+    p->name = dev_get_name(dev);
+    p->description = dev_get_description(dev);
+    dev_get_memory(dev, &p->memory_free, &p->memory_total);
+    p->type = GGML_BACKEND_DEVICE_TYPE_GPU;
+    p->caps.async = true;
+    p->caps.events = true;
+}
+
+ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *) {
+    Stream * s = new Stream();
+    s->device = vdev_of(dev).index;
+    s->rng.seed(g_knobs.seed * 1000003 + (uint64_t) s->device);
+    s->cpu = g_cpu.cpu_init();
+    g_cpu.cpu_set_n_threads(s->cpu, g_knobs.threads);
+    ggml_backend_i iface;
+    memset(&iface, 0, sizeof(iface));
+    iface.get_name = be_get_name;
+    iface.free = be_free;
+    iface.set_tensor_async = be_set_tensor_async;
+    iface.get_tensor_async = be_get_tensor_async;
+    iface.cpy_tensor_async = be_cpy_tensor_async;
+    iface.synchronize = be_synchronize;
+    iface.graph_compute = be_graph_compute;
+    iface.event_record = be_event_record;
+    iface.event_wait = be_event_wait;
+    ggml_backend_t backend = new ggml_backend{vdev_guid(), iface, dev, s};
+    s->backend = backend;
+    s->worker = std::thread(worker_main, s);
+    return backend;
+}
+
+ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t dev) { return &vdev_of(dev).buft; }
+
+bool dev_supports_op(ggml_backend_dev_t, const ggml_tensor * op) { return g_cpu_dev->iface.supports_op(g_cpu_dev, op); }
+bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) { return buft == &vdev_of(dev).buft; }
+bool dev_offload_op(ggml_backend_dev_t, const ggml_tensor *) { return false; }
+
+ggml_backend_event_t dev_event_new(ggml_backend_dev_t dev) { return new ggml_backend_event{dev, new Event()}; }
+void dev_event_free(ggml_backend_dev_t, ggml_backend_event_t event) {
+    delete (Event *) event->context;
+    delete event;
+}
+void dev_event_synchronize(ggml_backend_dev_t, ggml_backend_event_t event) {
+    Event * e = (Event *) event->context;
+    if (e->stream) {
+        wait_for(e->stream, e->seq);
+    }
+}
+
+const char * reg_get_name(ggml_backend_reg_t) { return "VDEV"; }
+size_t reg_device_count(ggml_backend_reg_t) { return (size_t) g_n_devices; }
+ggml_backend_dev_t reg_get_device(ggml_backend_reg_t, size_t i) { return &g_devices[i].dev; }
+
+double env_num(const char * name, double fallback) {
+    const char * v = getenv(name);
+    return v && *v ? atof(v) : fallback;
+}
+
+template <typename T> bool resolve(T & fn, const char * name, bool next = false) {
+    fn = (T) ggml_symbol(name, next);
+    if (!fn) {
+        fprintf(stderr, "ggml-trace: virtual devices need %s, which this program's ggml lacks\n", name);
+    }
+    return fn != nullptr;
+}
+
+}  // namespace
+
+CallContext & current_call() {
+    static thread_local CallContext c;
+    return c;
+}
+
+bool setup_virtual_devices() {
+    int n = (int) env_num("GGML_TRACE_VIRTUAL_DEVICES", 0);
+    if (n <= 0) {
+        return false;
+    }
+    if (n > MAX_VDEVS) {
+        fprintf(stderr, "ggml-trace: at most %d virtual devices; using %d\n", MAX_VDEVS, MAX_VDEVS);
+        n = MAX_VDEVS;
+    }
+    bool ok = resolve(g_cpu.cpu_init, "ggml_backend_cpu_init") &&
+              resolve(g_cpu.cpu_set_n_threads, "ggml_backend_cpu_set_n_threads") &&
+              resolve(g_cpu.graph_compute, "ggml_backend_graph_compute") &&
+              resolve(g_cpu.backend_free, "ggml_backend_free") &&
+              resolve(g_cpu.dev_by_type, "ggml_backend_dev_by_type", true) &&
+              resolve(g_cpu.buffer_init, "ggml_backend_buffer_init") &&
+              resolve(g_cpu.register_reg, "ggml_backend_register") &&
+              resolve(g_cpu.buffer_is_host, "ggml_backend_buffer_is_host");
+    if (!ok) {
+        return false;
+    }
+    g_cpu_dev = g_cpu.dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!g_cpu_dev) {
+        fprintf(stderr, "ggml-trace: virtual devices need the CPU backend; none is registered\n");
+        return false;
+    }
+    g_knobs.latency_us = env_num("GGML_TRACE_VDEV_LATENCY_US", 0);
+    g_knobs.bandwidth_gbps = env_num("GGML_TRACE_VDEV_BANDWIDTH_GBPS", 0);
+    g_knobs.jitter_us = env_num("GGML_TRACE_VDEV_JITTER_US", 0);
+    g_knobs.seed = (uint64_t) env_num("GGML_TRACE_VDEV_SEED", 0);
+    g_knobs.threads = (int) env_num("GGML_TRACE_VDEV_THREADS", 1);
+
+    memset(&g_reg, 0, sizeof(g_reg));
+    g_reg.api_version = GGML_BACKEND_API_VERSION;
+    g_reg.iface.get_name = reg_get_name;
+    g_reg.iface.get_device_count = reg_device_count;
+    g_reg.iface.get_device = reg_get_device;
+    for (int i = 0; i < n; i++) {
+        VDevice & d = g_devices[i];
+        d.index = i;
+        snprintf(d.name, sizeof(d.name), "VDEV%d", i);
+        snprintf(d.buft_name, sizeof(d.buft_name), "VDEV%d", i);
+        memset(&d.buft, 0, sizeof(d.buft));
+        d.buft.iface.get_name = buft_get_name;
+        d.buft.iface.alloc_buffer = buft_alloc;
+        d.buft.iface.get_alignment = buft_alignment;
+        d.buft.iface.is_host = buft_is_host;
+        d.buft.device = &d.dev;
+        d.buft.context = &d;
+        memset(&d.dev, 0, sizeof(d.dev));
+        ggml_backend_device_i & f = d.dev.iface;
+        f.get_name = dev_get_name;
+        f.get_description = dev_get_description;
+        f.get_memory = dev_get_memory;
+        f.get_type = dev_get_type;
+        f.get_props = dev_get_props;
+        f.init_backend = dev_init_backend;
+        f.get_buffer_type = dev_get_buffer_type;
+        f.supports_op = dev_supports_op;
+        f.supports_buft = dev_supports_buft;
+        f.offload_op = dev_offload_op;
+        f.event_new = dev_event_new;
+        f.event_free = dev_event_free;
+        f.event_synchronize = dev_event_synchronize;
+        d.dev.reg = &g_reg;
+        d.dev.context = &d;
+    }
+    g_n_devices = n;
+    g_cpu.register_reg(&g_reg);
+    return true;
+}
+
+}  // namespace ggml_trace

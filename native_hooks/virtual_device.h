@@ -1,0 +1,20 @@
+// Virtual async devices (VDEV0..N-1): see virtual_device.cpp.
+#pragma once
+#include <stdint.h>
+
+namespace ggml_trace {
+
+// The host call now enqueuing work (set by the hooks around each traced call), so that work run
+// later on a device can name the call that launched it.
+struct CallContext {
+    uint64_t call_id = 0;
+    uint32_t graph = 0xffffffffu;
+    int32_t split = -1;
+};
+CallContext & current_call();
+
+// Registers GGML_TRACE_VIRTUAL_DEVICES=N devices with ggml; false when none were asked for or
+// this ggml lacks what they need (said on stderr).
+bool setup_virtual_devices();
+
+}  // namespace ggml_trace
