@@ -29,6 +29,7 @@ EVENT_KINDS = ["event_record", "event_wait", "event_synchronize", "event_new", "
 SYNC_KINDS = ["synchronize", "event_record", "event_wait", "event_synchronize", "event_new",
               "event_free", "sched_synchronize"]
 MARK_KINDS = ["user_mark", "user_range"]
+DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqueuing call
 
 I64_MAX = np.iinfo(np.int64).max
 
@@ -144,6 +145,7 @@ class Trace:
     accesses: pd.DataFrame
     allocations: pd.DataFrame
     marks: pd.DataFrame
+    device: pd.DataFrame
 
     def __init__(self, path: str, header: dict, meta: dict, strings: dict[int, str],
                  warnings: list[str], **frames: pd.DataFrame):
@@ -528,6 +530,30 @@ class _Loader:
         df.insert(7, "event", _nullable(self.c_obj[rows], ~is_event, "UInt64"))
         return df
 
+    def device(self, calls: pd.DataFrame) -> pd.DataFrame:
+        """The device_exec calls, described by the host call that enqueued the work (`obj`):
+        its call_id, kind, backend, graph and split; times and thread are the device_exec's.
+        Where the enqueuing call is missing, backend/graph/split are the record's own."""
+        rows = np.flatnonzero(self.c_kindnum == KIND_IDS[DEVICE_KIND])
+        enq = _lookup(self.c_id, self.c_obj[rows])
+        found = enq >= 0
+        src = np.where(found, enq, rows)  # where to take backend/graph/split from
+        kind = np.where(found, self.c_kind[np.maximum(enq, 0)], -1)
+        cols = {}
+        for c in ("graph", "split"):
+            v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
+            cols[c] = _nullable(v[src], na[src])
+        return _frame({
+            "call_id": self.c_obj[rows],
+            "kind": _with_codes(kind, self.kind_dtype),
+            "backend": _with_codes(self.c_backend[src], self.backend_dtype),
+            "graph": cols["graph"],
+            "split": cols["split"],
+            "t_begin": self.c_t_begin[rows],
+            "t_end": self.c_t_end[rows],
+            "thread": self.c_thread[rows],
+        })
+
     def marks(self, calls: pd.DataFrame) -> pd.DataFrame:
         df, rows = self.sub(calls, MARK_KINDS, ["kind", "thread", "t_begin", "t_end"])
         df.insert(1, "name", self.names(self.c_obj[rows]))
@@ -555,7 +581,8 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
     return Trace(raw.path, raw.header, ld.meta(), raw.strings, list(raw.warnings),
                  threads=threads, backends=backends, buffers=buffers, calls=calls,
                  splits=ld.splits(calls, copies), copies=copies, sync=ld.sync(calls),
-                 accesses=accesses, allocations=allocations, marks=ld.marks(calls))
+                 accesses=accesses, allocations=allocations, marks=ld.marks(calls),
+                 device=ld.device(calls))
 
 
 def backend_labels(backends: pd.DataFrame) -> list[str]:

@@ -49,6 +49,24 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_scenario(args) -> int:
+    from . import scenario
+
+    try:
+        r = scenario.run(args.name, build=args.build, runs=args.runs, latency_us=args.latency_us,
+                         jitter_us=args.jitter_us, seed=args.seed, out_dir=args.out)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"ggml-trace scenario: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(r.to_json(), indent=2))
+    else:
+        print(f"{r.scenario} on {r.build}: {r.corrupt_runs} of {r.runs} runs corrupt "
+              f"(latency {r.latency_us:g} us, jitter {r.jitter_us:g} us, seeds {r.seed}..{r.seed + r.runs - 1})")
+        print(f"traces: {Path(r.traces[0]).parent}/" if r.traces else "no traces")
+    return 0
+
+
 def cmd_builds(args) -> int:
     for name, d in hooks_mod.pinned_builds().items():
         print(f"{name}\t{d / hooks_mod.HOOKS_NAME}")
@@ -82,6 +100,17 @@ def main(argv=None) -> int:
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_summary)
+
+    p = sub.add_parser("scenario", help="run a scheduler scenario on virtual async devices, traced")
+    p.add_argument("name", help="inputless-reuse, cpu-async-cpu, ...")
+    p.add_argument("--build", default="b10531", help="pinned build (default: %(default)s)")
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--latency-us", type=float, default=5000.0, help="virtual device latency per operation")
+    p.add_argument("--jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
+    p.add_argument("--seed", type=int, default=0, help="jitter seed of the first run (then +1 per run)")
+    p.add_argument("--out", help="directory for the traces (default: build/scenarios/NAME-BUILD)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_scenario)
 
     p = sub.add_parser("builds", help="list the ggml builds that have hooks")
     p.set_defaults(fn=cmd_builds)

@@ -1,0 +1,65 @@
+"""`ggml-trace scenario`: run a scheduler scenario on virtual async devices, many times, traced,
+and compare each result bit-exactly with the same graph computed on the CPU alone."""
+import os
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .hooks import build_root
+from .programs import hooks, program
+from .record import trace_env
+
+SCENARIOS = ["inputless-reuse", "cpu-async-cpu"]
+DEFAULT_LATENCY_US = 5000.0
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    build: str
+    runs: int
+    corrupt_runs: int
+    reference: str
+    latency_us: float
+    jitter_us: float
+    seed: int
+    corrupt: list = field(default_factory=list)  # indices of the corrupt runs
+    traces: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _result_of(stdout: str) -> str:
+    for line in stdout.splitlines():
+        if line.startswith("result "):
+            return line.split()[1]
+    raise RuntimeError(f"the scenario printed no result: {stdout[-500:]!r}")
+
+
+def run(name: str, build: str = "b10531", runs: int = 10, latency_us: float = DEFAULT_LATENCY_US,
+        jitter_us: float = 0.0, seed: int = 0, out_dir: Path = None, devices: int = 3) -> ScenarioResult:
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    exe = str(program(build, "ggml-trace-scenarios"))
+    out_dir = Path(out_dir or build_root() / "scenarios" / f"{name}-{build}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ref = subprocess.run([exe, name, "--cpu-only"], capture_output=True, text=True, timeout=120)
+    if ref.returncode != 0:
+        raise RuntimeError(f"CPU reference run failed: {ref.stderr[-2000:]}")
+    reference = _result_of(ref.stdout)
+    result = ScenarioResult(name, build, runs, 0, reference, latency_us, jitter_us, seed)
+    for i in range(runs):
+        trace = out_dir / f"run-{i:03d}.ggmltrace"
+        trace.unlink(missing_ok=True)
+        env = trace_env(hooks(build), trace)
+        env.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=str(latency_us),
+                   GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
+        r = subprocess.run([exe, name], capture_output=True, text=True, timeout=120, env=env)
+        if r.returncode != 0:
+            raise RuntimeError(f"run {i} of {name} failed ({r.returncode}): {r.stderr[-2000:]}")
+        if _result_of(r.stdout) != reference:
+            result.corrupt_runs += 1
+            result.corrupt.append(i)
+        result.traces.append(str(trace))
+    return result
