@@ -67,6 +67,22 @@ def cmd_scenario(args) -> int:
     return 0
 
 
+def cmd_races(args) -> int:
+    from analysis import TraceFormatError, load
+    from analysis.races import format_report, races
+
+    try:
+        report = races(load(args.file))
+    except (TraceFormatError, OSError) as e:
+        print(f"ggml-trace races: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(format_report(report, args.file))
+    return 1 if len(report.findings) else 0
+
+
 def cmd_builds(args) -> int:
     for name, d in hooks_mod.pinned_builds().items():
         print(f"{name}\t{d / hooks_mod.HOOKS_NAME}")
@@ -111,6 +127,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="directory for the traces (default: build/scenarios/NAME-BUILD)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_scenario)
+
+    p = sub.add_parser("races", help="conflicting accesses that no synchronization orders (exit 1 if any)")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(fn=cmd_races)
 
     p = sub.add_parser("builds", help="list the ggml builds that have hooks")
     p.set_defaults(fn=cmd_builds)

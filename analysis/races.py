@@ -1,0 +1,650 @@
+"""Race analysis: conflicting byte accesses that nothing orders (see docs/races.md).
+
+The ordering model, in short:
+
+* every host thread is one program order (calls by `t_begin`);
+* every async backend (`has_async` or `has_events`) is one FIFO queue: the work of
+  graph_compute, cpy_tensor_async (queued on the destination), the async set/get calls,
+  event_record and event_wait is a queue position, and runs after the host state at its enqueue;
+* synchronize(B), event_synchronize(e), event_wait(C, e) and the implicit source dependency of
+  cpy_tensor_async add the remaining happens-before edges; everything else (CPU, RPC, buffer
+  calls) is a host operation that completes before it returns.
+
+Each operation gets a vector clock (one component per thread and per queue). The clocks are
+computed with whole-array passes: apply every cross-component edge, then a running maximum
+along every component; a shortest happens-before path enters each component at most once, so
+this reaches the fixed point in at most K rounds (K = components).
+
+Conflicting pairs are found per buffer lifetime without looking at all pairs: for an access B
+and another component c, the only accesses of c that B can race with are those c ran after
+B's clock[c] and before B in the topological order, a contiguous window of c's accesses to
+that lifetime. In a well synchronised trace the windows are short; on one thread with only
+synchronous backends there are none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .load import _lookup, _pick_lifetime, backend_labels
+
+CLASSES = ["read-after-reuse", "write-after-write", "read-after-write"]
+MODES = ["read", "write"]
+
+# Calls that only enqueue work when issued to an async backend (a queue position each).
+ENQUEUE_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
+                 "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait"]
+COPY_KINDS = ["cpy_tensor_async", "set_tensor_async", "get_tensor_async", "set_tensor_2d_async",
+              "get_tensor_2d_async", "buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d",
+              "buf_get_tensor_2d", "buf_cpy_tensor"]
+
+# Candidate (window) entries examined per chunk, and in all for one window pass before the
+# windows are cut to their most recent entries (a safety valve for traces in which a queue is
+# never synchronised: then every later access races with all its history).
+CHUNK = 1 << 22
+MAX_CANDIDATES = 1 << 27
+
+FINDING_COLUMNS = (
+    ["class", "manifested", "inverted", "margin_us", "count"]
+    + [f"{s}_{c}" for s in "ab" for c in ("backend", "graph", "split", "kind", "tensor", "node",
+                                          "thread", "mode", "t_begin_us", "t_end_us", "device",
+                                          "call_id")]
+    + ["buffer", "generation", "buffer_type", "range_start", "range_end", "missing",
+       "first_graph", "first_t_us", "last_graph", "last_t_us"])
+
+
+# -- small vectorised helpers -----------------------------------------------------------------
+
+def _bits(x: int) -> int:
+    return max(int(x), 1).bit_length()
+
+
+def _rank_in_group(group: np.ndarray) -> np.ndarray:
+    """1-based position of each element among those with the same group, in array order."""
+    n = len(group)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    counts = np.diff(np.r_[start, n])
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - np.repeat(start, counts) + 1
+    return rank
+
+
+def _last_before(e_group, e_pos, q_group, q_pos) -> np.ndarray:
+    """For each query: the element with the same group whose pos is the largest < q_pos
+    (-1 if none). Groups and positions are non-negative integers."""
+    if len(e_group) == 0 or len(q_group) == 0:
+        return np.full(len(q_group), -1, np.int64)
+    shift = _bits(max(e_pos.max(), q_pos.max()) + 1)
+    ek = (e_group.astype(np.int64) << shift) | e_pos.astype(np.int64)
+    order = np.argsort(ek, kind="stable")
+    ks = ek[order]
+    qk = (q_group.astype(np.int64) << shift) | q_pos.astype(np.int64)
+    j = np.searchsorted(ks, qk, side="left") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (e_group[order[jj]] == q_group)
+    return np.where(ok, order[jj], -1)
+
+
+def _codes(series: pd.Series) -> np.ndarray:
+    return np.asarray(series.cat.codes, np.int64)
+
+
+def _int(series: pd.Series, fill: int = -1) -> np.ndarray:
+    return series.to_numpy(dtype=np.int64, na_value=fill)
+
+
+# -- the report -------------------------------------------------------------------------------
+
+@dataclass
+class RaceReport:
+    """The result of races(trace).
+
+    findings: one row per distinct race (columns FINDING_COLUMNS), manifested first, then by
+    the smallest margin. pairs: every racing pair of accesses found (one row per occurrence
+    side pair). operations / accesses: what was analysed. truncated: windows that were cut
+    by the safety valve (0 normally)."""
+
+    findings: pd.DataFrame
+    pairs: pd.DataFrame
+    operations: int
+    accesses: int
+    truncated: int = 0
+    components: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        out = []
+        for r in self.findings.to_dict("records"):
+            side = {s: {c: r[f"{s}_{c}"] for c in ("backend", "graph", "split", "kind", "tensor",
+                                                   "node", "thread", "mode", "t_begin_us",
+                                                   "t_end_us", "device", "call_id")}
+                    for s in "ab"}
+            out.append({
+                "class": r["class"],
+                "manifested": r["manifested"],
+                "inverted": r["inverted"],
+                "margin_us": r["margin_us"],
+                "count": r["count"],
+                "a": side["a"],
+                "b": side["b"],
+                "buffer": r["buffer"],
+                "generation": r["generation"],
+                "buffer_type": r["buffer_type"],
+                "range": [r["range_start"], r["range_end"]],
+                "missing": r["missing"],
+                "first": {"graph": r["first_graph"], "t_us": r["first_t_us"]},
+                "last": {"graph": r["last_graph"], "t_us": r["last_t_us"]},
+            })
+        return {"races": out, "operations": self.operations, "accesses": self.accesses,
+                "truncated_windows": self.truncated}
+
+    def __repr__(self) -> str:
+        return (f"<RaceReport: {len(self.findings)} races, {self.operations} operations, "
+                f"{self.accesses} accesses>")
+
+
+# -- the analysis -----------------------------------------------------------------------------
+
+def races(trace) -> RaceReport:
+    """Find races in a loaded trace (analysis.load). See docs/races.md."""
+    return _Analysis(trace).run()
+
+
+class _Analysis:
+    def __init__(self, trace):
+        self.trace = trace
+
+    # ---------------------------------------------------------------------------------------
+    def run(self) -> RaceReport:
+        self.operations_setup()
+        self.clocks()
+        n_acc = self.accesses_setup()
+        pa, pb = self.candidate_pairs()
+        pairs = self.pairs_frame(pa, pb)
+        findings = self.findings(pairs)
+        comps = [f"thread {t}" for t in self.thread_ids] + list(self.queue_names)
+        return RaceReport(findings, self.public_pairs(pairs), int(self.n), n_acc,
+                          self.truncated, comps)
+
+    def public_pairs(self, p: pd.DataFrame) -> pd.DataFrame:
+        """The racing access pairs, described by call ids and access rows."""
+        pa, pb = p["acc_a"].to_numpy(np.int64), p["acc_b"].to_numpy(np.int64)
+        tcat = pd.CategoricalDtype(list(self.tensor_names))
+        out = {
+            "class": pd.Categorical.from_codes(p["cls"].to_numpy(np.int64),
+                                               categories=CLASSES),
+            "manifested": p["manifested"].to_numpy(bool),
+            "inverted": p["inverted"].to_numpy(bool),
+            "margin_us": np.where(p["manifested"], np.nan, p["margin_ns"] / 1000.0),
+            "buffer": self.a_buffer[pa],
+            "start": np.maximum(self.a_off[pa], self.a_off[pb]),
+            "end": np.minimum(self.a_end[pa], self.a_end[pb]),
+        }
+        for s, acc, o in (("a", pa, p["ord_a"].to_numpy(np.int64)),
+                          ("b", pb, p["ord_b"].to_numpy(np.int64))):
+            out[f"{s}_call_id"] = self.c_id[o]
+            out[f"{s}_access"] = self.a_row[acc]  # row in trace.accesses
+            out[f"{s}_graph"] = pd.array(np.where(self.c_graph[o] >= 0, self.c_graph[o], 0),
+                                         dtype="Int64")
+            out[f"{s}_graph"][self.c_graph[o] < 0] = pd.NA
+            out[f"{s}_tensor"] = pd.Categorical.from_codes(self.a_tensor[acc], dtype=tcat)
+            out[f"{s}_mode"] = pd.Categorical.from_codes(self.a_write[acc].astype(np.int64),
+                                                         categories=MODES)
+        return pd.DataFrame(out)
+
+    # ---------------------------------------------------------------------------------------
+    def operations_setup(self) -> None:
+        """Calls -> host events (one per call) and queue events (one per enqueued call)."""
+        t = self.trace
+        calls = t.calls
+        kinds = list(calls["kind"].cat.categories)
+        self.kind_names = np.array(kinds, dtype=object)
+        kcode_all = _codes(calls["kind"])
+        dev = kinds.index("device_exec") if "device_exec" in kinds else -2
+        keep = np.flatnonzero(kcode_all != dev)
+        c = calls.iloc[keep]
+        self.n = n = len(keep)
+        self.c_id = c["call_id"].to_numpy(np.uint64)
+        self.c_kind = kcode_all[keep]
+        self.c_thread = c["thread"].to_numpy(np.int64)
+        self.c_t_begin = c["t_begin"].to_numpy(np.int64)
+        self.c_t_end = c["t_end"].to_numpy(np.int64)
+        self.c_backend = _codes(c["backend"])
+        self.c_backend2 = _codes(c["backend2"])
+        self.c_graph = _int(c["graph"])
+        self.c_split = _int(c["split"])
+        self.c_obj = c["obj"].to_numpy(np.uint64)
+        self.backend_names = np.array(list(calls["backend"].cat.categories), dtype=object)
+
+        # Async backends, by name (the frames identify backends by name).
+        cats = pd.Index(calls["backend"].cat.categories)
+        is_async = np.zeros(len(cats) + 1, bool)  # last slot: code -1 (no backend)
+        be = t.backends
+        flags = (be["has_async"].to_numpy(bool) | be["has_events"].to_numpy(bool))
+        for label, f in zip(backend_labels(be), flags.tolist()):
+            i = cats.get_indexer([label])[0]
+            if i >= 0 and f:
+                is_async[i] = True
+        self.backend_async = is_async
+
+        def kind_is(names):
+            ids = [kinds.index(k) for k in names if k in kinds]
+            return np.isin(self.c_kind, ids)
+
+        # Accesses per call (a copy without any access was declined: nothing was queued).
+        acc = t.accesses
+        self.a_ord_all = _lookup(self.c_id, acc["call_id"].to_numpy(np.uint64))
+        has_acc = np.zeros(n + 1, bool)
+        has_acc[self.a_ord_all] = True  # -1 lands on the extra slot
+        has_acc = has_acc[:n]
+        on_async = is_async[self.c_backend]
+        declined = kind_is(["cpy_tensor_async"]) & ~has_acc
+        enq = kind_is(ENQUEUE_KINDS) & on_async & ~declined
+        self.c_enq = enq
+
+        # Components: host threads, then async backend queues.
+        self.thread_ids, tcomp = np.unique(self.c_thread, return_inverse=True)
+        nt = len(self.thread_ids)
+        eo = np.flatnonzero(enq)  # enqueued calls, in ordinal order
+        qb, qcomp = np.unique(self.c_backend[eo], return_inverse=True)
+        self.queue_names = [str(self.backend_names[b]) for b in qb.tolist()]
+        self.queue_of_backend = np.full(len(cats) + 1, -1, np.int64)
+        self.queue_of_backend[qb] = nt + np.arange(len(qb))
+        self.K = nt + len(qb)
+        m = len(eo)
+
+        # Events: host event o for call o; queue event n + j for the j-th enqueued call.
+        comp = np.r_[tcomp, nt + qcomp].astype(np.int64)
+        ordinal = np.r_[np.arange(n), eo].astype(np.int64)
+        topo = np.r_[2 * np.arange(n), 2 * eo + 1].astype(np.int64)
+        seq = _rank_in_group(comp)  # ordinals are increasing within each part
+        # Store events in chain order (component, then topological order) so that a running
+        # maximum down the rows is the program/queue order propagation.
+        order = np.lexsort((topo, comp))
+        inv = np.empty(n + m, np.int64)
+        inv[order] = np.arange(n + m)
+        self.ev_comp, self.ev_seq, self.ev_topo = comp[order], seq[order], topo[order]
+        self.ev_ord = ordinal[order]
+        self.host_ev = inv[:n]
+        queue_ev = np.full(n, -1, np.int64)
+        queue_ev[eo] = inv[n:]
+        self.queue_ev = queue_ev
+        self.work_ev = np.where(enq, queue_ev, self.host_ev)  # where a call's accesses happen
+
+        # -- happens-before edges (src event -> dst event), one source per dst per kind ----
+        edges = [(self.host_ev[eo], queue_ev[eo])]  # (3) enqueue
+        q_ev = inv[n:]
+        q_comp = comp[n:]
+        q_ord = eo
+
+        def last_queue_op(qc: np.ndarray, before: np.ndarray) -> np.ndarray:
+            """Queue event of component qc enqueued last before ordinal `before` (-1: none)."""
+            j = _last_before(q_comp, q_ord, np.maximum(qc, 0), before)
+            return np.where((qc >= 0) & (j >= 0), q_ev[np.maximum(j, 0)], -1)
+
+        # (6) synchronize(B) on an async backend: the host after B's queue so far.
+        s = np.flatnonzero(kind_is(["synchronize"]))
+        src = last_queue_op(self.queue_of_backend[self.c_backend[s]], s)
+        edges.append((src, self.host_ev[s]))
+        # (7) cpy_tensor_async from an async source S: after S's queue so far.
+        cp = eo[kind_is(["cpy_tensor_async"])[eo]]
+        src = last_queue_op(self.queue_of_backend[self.c_backend2[cp]], cp)
+        edges.append((src, queue_ev[cp]))
+        # (4), (5) events: the latest record of the handle before the wait / synchronize.
+        rec = np.flatnonzero(kind_is(["event_record"]))
+        handles, h_rec = np.unique(self.c_obj[rec], return_inverse=True)
+
+        def last_record(calls_idx: np.ndarray) -> np.ndarray:
+            h = _lookup(handles, self.c_obj[calls_idx])
+            j = _last_before(h_rec, rec, np.maximum(h, 0), calls_idx)
+            j = np.where(h >= 0, j, -1)
+            return np.where(j >= 0, self.work_ev[rec[np.maximum(j, 0)]] if len(rec) else -1, -1)
+
+        w = np.flatnonzero(kind_is(["event_wait"]))
+        edges.append((last_record(w), self.work_ev[w]))  # a queue position on an async C
+        es = np.flatnonzero(kind_is(["event_synchronize"]))
+        edges.append((last_record(es), self.host_ev[es]))
+        self.edges = [(a[a >= 0], b[a >= 0]) for a, b in edges]
+
+    # ---------------------------------------------------------------------------------------
+    def clocks(self) -> None:
+        """Vector clocks of all events: edges, then running maxima down each component."""
+        E, K = len(self.ev_comp), self.K
+        C = np.zeros((E, K), np.int64)
+        C[np.arange(E), self.ev_comp] = self.ev_seq
+        if E and K > 1:
+            big = int(self.ev_seq.max()) + 1
+            off = (self.ev_comp * big)[:, None]
+            for _ in range(K + 1):
+                before = C.copy()
+                for src, dst in self.edges:
+                    if len(src):
+                        C[dst] = np.maximum(C[dst], C[src])
+                C += off
+                np.maximum.accumulate(C, axis=0, out=C)
+                C -= off
+                if np.array_equal(before, C):
+                    break
+        self.C = C
+        # frontier[e, c]: the last seq of component c topologically before event e. The
+        # components with frontier > clock are the ones e may race with.
+        unc = np.zeros((E, K), bool)
+        for c in range(K):
+            sel = np.flatnonzero(self.ev_comp == c)  # contiguous, in topological order
+            front = np.searchsorted(self.ev_topo[sel], self.ev_topo, side="left")
+            unc[:, c] = front > C[:, c]
+        unc[np.arange(E), self.ev_comp] = False
+        self.uncovered = unc
+
+    # ---------------------------------------------------------------------------------------
+    def accesses_setup(self) -> int:
+        t = self.trace
+        acc = t.accesses
+        buffer = acc["buffer"].to_numpy(np.uint64)
+        size = acc["size"].to_numpy(np.uint64)
+        mode = _codes(acc["mode"])
+        ok = (self.a_ord_all >= 0) & (buffer != 0) & (size > 0) & (mode >= 0)
+        keep = np.flatnonzero(ok)
+        self.a_row = keep
+        self.a_ord = self.a_ord_all[keep]
+        self.a_buffer = buffer[keep]
+        self.a_off = acc["offset"].to_numpy(np.uint64)[keep]
+        self.a_end = acc["end"].to_numpy(np.uint64)[keep]
+        self.a_write = mode[keep] == 1
+        self.a_tensor = _codes(acc["tensor"])[keep]
+        self.tensor_names = np.array(list(acc["tensor"].cat.categories), dtype=object)
+        self.a_node = _codes(acc["node"])[keep]
+        self.node_names = np.array(list(acc["node"].cat.categories), dtype=object)
+        # Buffer lifetime, matched at the call's end like the loader does; a pointer without
+        # any buffer record is one lifetime of its own.
+        bf = t.buffers
+        lt = _pick_lifetime(bf["buffer"].to_numpy(np.uint64), bf["first_seen"].to_numpy(np.int64),
+                            self.a_buffer, self.c_t_end[self.a_ord])
+        miss = lt < 0
+        if miss.any():
+            _, u = np.unique(self.a_buffer[miss], return_inverse=True)
+            lt[miss] = len(bf) + u
+        self.a_lt = lt.astype(np.int64)
+        self.a_ev = self.work_ev[self.a_ord]
+        return len(keep)
+
+    # ---------------------------------------------------------------------------------------
+    def candidate_pairs(self):
+        """(earlier access, later access) index pairs that conflict, overlap and are unordered."""
+        self.truncated = 0
+        na = len(self.a_ev)
+        K = self.K
+        out_a, out_b = [], []
+        if na == 0 or K < 2:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        comp = self.ev_comp[self.a_ev]
+        seq = self.ev_seq[self.a_ev]
+        topo = self.ev_topo[self.a_ev]
+        g = self.a_lt * K + comp
+        shift = _bits(max(int(topo.max()), int(seq.max())) + 2)
+        if _bits(int(g.max()) + 1) + shift > 62:
+            raise OverflowError("trace too large for the race analysis' packed keys")
+        base = g << shift
+
+        def structure(sel):
+            order = sel[np.lexsort((topo[sel], g[sel]))]
+            return order, base[order] | seq[order], base[order] | topo[order]
+
+        everything = structure(np.arange(na))
+        writes = structure(np.flatnonzero(self.a_write))
+        for c in range(K):
+            # Accesses whose operation may be unordered with some earlier operation of c.
+            qb = np.flatnonzero(self.uncovered[self.a_ev, c])
+            if len(qb) == 0:
+                continue
+            for is_w, (order, kseq, ktopo) in ((False, writes), (True, everything)):
+                b = qb[self.a_write[qb] == is_w]  # a read only conflicts with writes
+                if len(b) == 0 or len(order) == 0:
+                    continue
+                gq = (self.a_lt[b] * K + c) << shift
+                lo = np.searchsorted(kseq, gq | self.C[self.a_ev[b], c], side="right")
+                hi = np.searchsorted(ktopo, gq | topo[b], side="left")
+                cnt = np.maximum(hi - lo, 0)
+                nz = np.flatnonzero(cnt)
+                b, lo, cnt = b[nz], lo[nz], cnt[nz]
+                total = int(cnt.sum())
+                if total > MAX_CANDIDATES:  # keep the most recent entries of long windows
+                    srt = np.sort(cnt)
+                    cs = np.cumsum(srt)
+                    k = np.searchsorted(cs + srt * (len(srt) - 1 - np.arange(len(srt))),
+                                        MAX_CANDIDATES, side="right")
+                    cap = max(int(srt[k - 1]) if k else 1, 1)
+                    cut = cnt > cap
+                    self.truncated += int(cut.sum())
+                    lo = np.where(cut, lo + cnt - cap, lo)
+                    cnt = np.minimum(cnt, cap)
+                for qi, pos in _expand(lo, cnt):
+                    ai, bi = order[pos], b[qi]
+                    hit = (self.a_off[ai] < self.a_end[bi]) & (self.a_off[bi] < self.a_end[ai])
+                    out_a.append(ai[hit])
+                    out_b.append(bi[hit])
+        if not out_a:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(out_a), np.concatenate(out_b)
+
+    # ---------------------------------------------------------------------------------------
+    def exec_intervals(self):
+        """Execution interval of each call: its device_exec span if any, else the host call."""
+        begin, end = self.c_t_begin.copy(), self.c_t_end.copy()
+        has_dev = np.zeros(self.n, bool)
+        dev = getattr(self.trace, "device", None)
+        if dev is not None and len(dev):
+            d = dev.groupby("call_id", sort=False).agg(b=("t_begin", "min"), e=("t_end", "max"))
+            rows = _lookup(self.c_id, d.index.to_numpy(np.uint64))
+            ok = rows >= 0
+            begin[rows[ok]] = d["b"].to_numpy(np.int64)[ok]
+            end[rows[ok]] = d["e"].to_numpy(np.int64)[ok]
+            has_dev[rows[ok]] = True
+        return begin, end, has_dev
+
+    def pairs_frame(self, pa: np.ndarray, pb: np.ndarray) -> pd.DataFrame:
+        ex_b, ex_e, has_dev = self.exec_intervals()
+        oa, ob = self.a_ord[pa], self.a_ord[pb]
+        same = self.a_tensor[pa] == self.a_tensor[pb]
+        both_w = self.a_write[pa] & self.a_write[pb]
+        cls = np.where(~same, 0, np.where(both_w, 1, 2))
+        gap = np.maximum(ex_b[oa], ex_b[ob]) - np.minimum(ex_e[oa], ex_e[ob])
+        manifested = gap < 0
+        inverted = ~manifested & (ex_e[ob] <= ex_b[oa])
+        graph = np.where(self.c_graph[ob] >= 0, self.c_graph[ob], self.c_graph[oa])
+        cols = {"cls": cls, "acc_a": pa, "acc_b": pb, "ord_a": oa, "ord_b": ob,
+                "manifested": manifested, "inverted": inverted,
+                "margin_ns": np.maximum(gap, 0), "graph": graph,
+                "t": np.minimum(ex_b[oa], ex_b[ob])}
+        for s, o, p in (("a", oa, pa), ("b", ob, pb)):
+            cols[f"{s}_kind"] = self.c_kind[o]
+            cols[f"{s}_backend"] = self.c_backend[o]
+            cols[f"{s}_split"] = self.c_split[o]
+            cols[f"{s}_tensor"] = self.a_tensor[p]
+            cols[f"{s}_mode"] = self.a_write[p].astype(np.int64)
+        self.ex = (ex_b, ex_e, has_dev)
+        return pd.DataFrame(cols)
+
+    # ---------------------------------------------------------------------------------------
+    def findings(self, pairs: pd.DataFrame) -> pd.DataFrame:
+        if len(pairs) == 0:
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in FINDING_COLUMNS})
+        key = ["cls"] + [f"{s}_{c}" for s in "ab"
+                           for c in ("kind", "backend", "split", "tensor", "mode")]
+        p = pairs.copy()
+        p["key"] = p.groupby(key, sort=False).ngroup()
+        # One occurrence per (finding, pair of operations): the first pair of accesses.
+        p = p.sort_values(["key", "t", "ord_a", "ord_b"], kind="stable")
+        occ = p.drop_duplicates(["key", "ord_a", "ord_b"])
+        g = occ.groupby("key", sort=True)
+        latent_margin = occ["margin_ns"].where(~occ["manifested"])
+        agg = pd.DataFrame({
+            "n_occ": g.size(),
+            "manifested": g["manifested"].any(),
+            "inverted": g["inverted"].any(),
+            "margin_ns": latent_margin.groupby(occ["key"]).min(),
+        })
+        first = occ.drop_duplicates("key", keep="first").set_index("key")
+        last = occ.drop_duplicates("key", keep="last").set_index("key")
+        agg = agg.join(first[["acc_a", "acc_b", "ord_a", "ord_b", "cls", "graph", "t"]])
+        agg["last_graph"] = last["graph"]
+        agg["last_t"] = last["t"]
+        agg["sort_margin"] = agg["margin_ns"].fillna(-1)
+        agg = agg.sort_values(["manifested", "sort_margin", "t"],
+                              ascending=[False, True, True], kind="stable")
+        return pd.DataFrame([self.describe(r) for r in agg.itertuples()], columns=FINDING_COLUMNS)
+
+    def side(self, acc: int, ord_: int) -> dict:
+        ex_b, ex_e, has_dev = self.ex
+        be = self.c_backend[ord_]
+        tn, nn = self.a_tensor[acc], self.a_node[acc]
+        return {
+            "backend": None if be < 0 else str(self.backend_names[be]),
+            "graph": None if self.c_graph[ord_] < 0 else int(self.c_graph[ord_]),
+            "split": None if self.c_split[ord_] < 0 else int(self.c_split[ord_]),
+            "kind": str(self.kind_names[self.c_kind[ord_]]),
+            "tensor": None if tn < 0 else str(self.tensor_names[tn]),
+            "node": None if nn < 0 else str(self.node_names[nn]),
+            "thread": int(self.c_thread[ord_]),
+            "mode": MODES[int(self.a_write[acc])],
+            "t_begin_us": float(ex_b[ord_]) / 1000.0,
+            "t_end_us": float(ex_e[ord_]) / 1000.0,
+            "device": bool(has_dev[ord_]),
+            "call_id": int(self.c_id[ord_]),
+            "queue": bool(self.c_enq[ord_]),
+        }
+
+    def describe(self, r) -> dict:
+        a, b = self.side(r.acc_a, r.ord_a), self.side(r.acc_b, r.ord_b)
+        bf = self.trace.buffers
+        lt = int(self.a_lt[r.acc_a])
+        gen, btype = None, None
+        if lt < len(bf):
+            gen = int(bf["generation"].iat[lt])
+            bt = bf["buft_name"].iat[lt]
+            btype = None if pd.isna(bt) else str(bt)
+        start = int(max(self.a_off[r.acc_a], self.a_off[r.acc_b]))
+        end = int(min(self.a_end[r.acc_a], self.a_end[r.acc_b]))
+        cls = CLASSES[int(r.cls)]
+        row = {
+            "class": cls,
+            "manifested": bool(r.manifested),
+            "inverted": bool(r.inverted),
+            "margin_us": None if pd.isna(r.margin_ns) else float(r.margin_ns) / 1000.0,
+            "count": int(r.n_occ),
+            "buffer": f"0x{int(self.a_buffer[r.acc_a]):x}",
+            "generation": gen,
+            "buffer_type": btype,
+            "range_start": start,
+            "range_end": end,
+            "missing": missing_words(a, b),
+            "first_graph": None if r.graph < 0 else int(r.graph),
+            "first_t_us": float(r.t) / 1000.0,
+            "last_graph": None if r.last_graph < 0 else int(r.last_graph),
+            "last_t_us": float(r.last_t) / 1000.0,
+        }
+        for s, d in (("a", a), ("b", b)):
+            for k, v in d.items():
+                if k != "queue":
+                    row[f"{s}_{k}"] = v
+        return row
+
+
+def _expand(lo: np.ndarray, cnt: np.ndarray):
+    """Yield (query index, position) for every position in [lo[i], lo[i] + cnt[i]), in chunks
+    of about CHUNK entries."""
+    cum = np.cumsum(cnt)
+    start, n = 0, len(cnt)
+    while start < n:
+        base = int(cum[start - 1]) if start else 0
+        end = max(int(np.searchsorted(cum, base + CHUNK, side="right")), start + 1)
+        c = cnt[start:end]
+        tot = int(c.sum())
+        qi = np.repeat(np.arange(start, end), c)
+        within = np.arange(tot) - np.repeat(np.cumsum(c) - c, c)
+        yield qi, np.repeat(lo[start:end], c) + within
+        start = end
+
+
+# -- words ------------------------------------------------------------------------------------
+
+def describe_op(s: dict) -> str:
+    """'VDEV0 split 3', 'CUDA0 cpy_tensor_async (input of split 4)', 'buf_set_tensor (thread 0)'."""
+    be, kind, split = s["backend"], s["kind"], s["split"]
+    if kind == "graph_compute":
+        return f"{be or 'backend ?'} split {split if split is not None else '?'}"
+    if kind.startswith("buf_"):
+        where = f" into a {be} buffer" if be else ""
+        return f"{kind}{where} (thread {s['thread']})"
+    txt = f"{be} {kind}" if be else kind
+    if kind in COPY_KINDS and split is not None:
+        txt += f" (input of split {split})"
+    return txt
+
+
+def missing_words(a: dict, b: dict) -> str:
+    """Which ordering is missing between the earlier operation a and the later b, in words."""
+    def what(s: dict, prep: str) -> str:
+        verb = "writes" if s["mode"] == "write" else "reads"
+        name = s["tensor"] or "host memory"
+        return f"{verb} {name}"
+
+    ga = f"graph {a['graph']}, " if a["graph"] is not None else ""
+    gb = f" (graph {b['graph']})" if b["graph"] is not None else ""
+    head = (f"nothing orders {describe_op(a)} ({ga}{what(a, '')}) before {describe_op(b)}{gb} "
+            f"{what(b, '')} {'over' if b['mode'] == 'write' else 'from'} the same bytes")
+    qa, qb = a["queue"], b["queue"]
+    A, B = a["backend"], b["backend"]
+    if qa and not qb:
+        fix = f"an event_synchronize or synchronize on {A} between them would"
+    elif qa and qb:
+        fix = (f"an event_record on {A} after the first and an event_wait on {B} before the "
+               f"second, or a synchronize on {A} between them, would")
+    elif a["thread"] != b["thread"]:
+        fix = (f"they run on threads {a['thread']} and {b['thread']} with no traced "
+               f"synchronization between them (thread joins and locks are not traced)")
+    else:  # a host operation before work queued later by another thread
+        fix = f"a synchronization between thread {a['thread']} and the queue of {B} would"
+    return f"{head}; {fix}"
+
+
+def format_report(report: RaceReport, path: str = "") -> str:
+    """The human-readable listing used by `ggml-trace races`."""
+    f = report.findings
+    head = f"{path}: " if path else ""
+    if len(f) == 0:
+        return (f"{head}no races among {report.operations} operations and "
+                f"{report.accesses} accesses")
+    n_man = int(f["manifested"].sum())
+    lines = [f"{head}{len(f)} race{'s' if len(f) != 1 else ''} ({n_man} manifested, "
+             f"{len(f) - n_man} latent) among {report.operations} operations and "
+             f"{report.accesses} accesses"]
+    for i, r in enumerate(f.to_dict("records"), 1):
+        if r["manifested"]:
+            timing = "MANIFESTED (the executions overlapped)"
+        else:
+            timing = f"latent, margin {r['margin_us']:.1f} us"
+        if r["inverted"]:
+            timing += "; INVERTED (the later operation ran first)"
+        graphs = (f"graph {r['first_graph']}" if r["first_graph"] == r["last_graph"]
+                  else f"graphs {r['first_graph']}..{r['last_graph']}")
+        lines.append(f"[{i}] {r['class']}  x{r['count']} ({graphs})  {timing}")
+        for s in "ab":
+            d = {k: r[f"{s}_{k}"] for k in ("backend", "kind", "split", "thread")}
+            lines.append(
+                f"    {s}: {describe_op(d)} graph {r[f'{s}_graph']} {r[f'{s}_mode']}s "
+                f"{r[f'{s}_tensor']} (node {r[f'{s}_node']}) "
+                f"[{r[f'{s}_t_begin_us']:.1f}, {r[f'{s}_t_end_us']:.1f}] us"
+                f"{' on the device' if r[f'{s}_device'] else ''}")
+        lines.append(f"    bytes [{r['range_start']}, {r['range_end']}) of buffer {r['buffer']}"
+                     f" ({r['buffer_type']}, generation {r['generation']})")
+        lines.append(f"    {r['missing']}")
+    if report.truncated:
+        lines.append(f"note: {report.truncated} unsynchronized windows were too long and only "
+                     "their most recent accesses were compared")
+    return "\n".join(lines)
