@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .load import _lookup, _pick_lifetime, backend_labels
+from .load import _lookup, _pick_lifetime, _take, backend_labels
 
 CLASSES = ["read-after-reuse", "write-after-write", "read-after-write"]
 MODES = ["read", "write"]
@@ -89,6 +89,11 @@ def _last_before(e_group, e_pos, q_group, q_pos) -> np.ndarray:
     jj = np.maximum(j, 0)
     ok = (j >= 0) & (e_group[order[jj]] == q_group)
     return np.where(ok, order[jj], -1)
+
+
+def _at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """values[idx] (int64), -1 where idx is -1."""
+    return _take(np.asarray(values, np.int64), np.asarray(idx, np.int64), -1)
 
 
 def _codes(series: pd.Series) -> np.ndarray:
@@ -285,7 +290,7 @@ class _Analysis:
         def last_queue_op(qc: np.ndarray, before: np.ndarray) -> np.ndarray:
             """Queue event of component qc enqueued last before ordinal `before` (-1: none)."""
             j = _last_before(q_comp, q_ord, np.maximum(qc, 0), before)
-            return np.where((qc >= 0) & (j >= 0), q_ev[np.maximum(j, 0)], -1)
+            return _at(q_ev, np.where(qc >= 0, j, -1))
 
         # (6) synchronize(B) on an async backend: the host after B's queue so far.
         s = np.flatnonzero(kind_is(["synchronize"]))
@@ -302,8 +307,7 @@ class _Analysis:
         def last_record(calls_idx: np.ndarray) -> np.ndarray:
             h = _lookup(handles, self.c_obj[calls_idx])
             j = _last_before(h_rec, rec, np.maximum(h, 0), calls_idx)
-            j = np.where(h >= 0, j, -1)
-            return np.where(j >= 0, self.work_ev[rec[np.maximum(j, 0)]] if len(rec) else -1, -1)
+            return _at(self.work_ev, _at(rec, np.where(h >= 0, j, -1)))
 
         w = np.flatnonzero(kind_is(["event_wait"]))
         edges.append((last_record(w), self.work_ev[w]))  # a queue position on an async C
@@ -579,7 +583,7 @@ def describe_op(s: dict) -> str:
     if kind == "graph_compute":
         return f"{be or 'backend ?'} split {split if split is not None else '?'}"
     if kind.startswith("buf_"):
-        where = f" into a {be} buffer" if be else ""
+        where = f" on a {be} buffer" if be else ""
         return f"{kind}{where} (thread {s['thread']})"
     txt = f"{be} {kind}" if be else kind
     if kind in COPY_KINDS and split is not None:

@@ -86,6 +86,71 @@ ggml_tensor * cpu_async_cpu(Scenario & s, std::mt19937 & rng) {
     return s.on(s.dev(0), ggml_add(s.ctx, ab, c), "out");
 }
 
+// Fan-in: two async devices compute in parallel, the CPU joins them.
+//   [VDEV0] a = 2x ─┐
+//   [VDEV1] b = 3w ─┴─▶ [CPU] out = a + b
+ggml_tensor * y_graph(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * w = s.input("w", rng);
+    ggml_tensor * a = s.on(s.dev(0), ggml_scale(s.ctx, x, 2.0f), "a");
+    ggml_tensor * b = s.on(s.dev(1), ggml_scale(s.ctx, w, 3.0f), "b");
+    return s.on(s.cpu, ggml_add(s.ctx, a, b), "out");
+}
+
+// Fan-out then fan-in across three backends: each device consumes the other's output.
+//   [CPU] h = x + w ─┬─▶ [VDEV0] a = 2h ─┬─▶ [VDEV1] c = a * b ─┐
+//                    └─▶ [VDEV1] b = 3h ─┴─▶ [VDEV0] d = a - b ─┴─▶ [CPU] out = c + d
+ggml_tensor * x_graph(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * w = s.input("w", rng);
+    ggml_tensor * h = s.on(s.cpu, ggml_add(s.ctx, x, w), "h");
+    ggml_tensor * a = s.on(s.dev(0), ggml_scale(s.ctx, h, 2.0f), "a");
+    ggml_tensor * b = s.on(s.dev(1), ggml_scale(s.ctx, h, 3.0f), "b");
+    ggml_tensor * c = s.on(s.dev(1), ggml_mul(s.ctx, a, b), "c");
+    ggml_tensor * d = s.on(s.dev(0), ggml_sub(s.ctx, a, b), "d");
+    return s.on(s.cpu, ggml_add(s.ctx, c, d), "out");
+}
+
+// A seeded random DAG of 24 element-wise ops over three devices and the CPU.
+ggml_tensor * random_dag(Scenario & s, std::mt19937 & rng) {
+    std::vector<ggml_tensor *> pool = {s.input("x", rng), s.input("w", rng), s.input("v", rng)};
+    char name[32];
+    for (int i = 0; i < 24; i++) {
+        ggml_tensor * p = pool[rng() % pool.size()];
+        ggml_tensor * q = pool[rng() % pool.size()];
+        ggml_tensor * t;
+        switch (rng() % 4) {
+            case 0: t = ggml_add(s.ctx, p, q); break;
+            case 1: t = ggml_mul(s.ctx, p, q); break;
+            case 2: t = ggml_scale(s.ctx, p, 0.5f); break;
+            default: t = ggml_cont(s.ctx, p); break;
+        }
+        t = ggml_scale(s.ctx, t, 0.75f);  // keeps values bounded over long chains
+        int b = (int) (rng() % 4);
+        snprintf(name, sizeof(name), "n%d", i);
+        ggml_tensor * placed = s.on(b == 3 ? s.cpu : s.dev(b), t, name);
+        ggml_backend_sched_set_tensor_backend(s.sched, t->src[0], b == 3 ? s.cpu : s.dev(b));
+        pool.push_back(placed);
+    }
+    ggml_tensor * out = pool[pool.size() - 1];
+    for (size_t i = pool.size() - 6; i < pool.size() - 1; i++) {
+        out = ggml_add(s.ctx, out, pool[i]);
+    }
+    return s.on(s.cpu, out, "out");
+}
+
+// Pipeline parallelism: a scheduler with parallel=true (several copies of the inputs, events
+// between the devices) runs a four-stage chain eight times with new inputs, without synchronizing
+// between iterations except to read each result.
+//   x ─▶ [VDEV0] l0 ─▶ [VDEV1] l1 ─▶ [VDEV2] l2 ─▶ [CPU] out       (x 8 iterations)
+ggml_tensor * pipeline(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * l0 = s.on(s.dev(0), ggml_scale_bias(s.ctx, x, 0.5f, 1.0f), "l0");
+    ggml_tensor * l1 = s.on(s.dev(1), ggml_mul(s.ctx, l0, l0), "l1");
+    ggml_tensor * l2 = s.on(s.dev(2), ggml_add(s.ctx, l1, l0), "l2");
+    return s.on(s.cpu, ggml_scale(s.ctx, l2, 0.25f), "out");
+}
+
 typedef ggml_tensor * (*Builder)(Scenario &, std::mt19937 &);
 
 struct Entry {
@@ -97,6 +162,10 @@ struct Entry {
 const Entry SCENARIOS[] = {
     {"inputless-reuse", inputless_reuse, 1},
     {"cpu-async-cpu", cpu_async_cpu, 1},
+    {"y-graph", y_graph, 2},
+    {"x-graph", x_graph, 2},
+    {"random-dag", random_dag, 3},
+    {"pipeline", pipeline, 3},
 };
 
 uint64_t fnv(const void * p, size_t n) {
@@ -140,7 +209,9 @@ int main(int argc, char ** argv) {
         }
     }
     s.backends.push_back(s.cpu);
-    s.sched = ggml_backend_sched_new(s.backends.data(), nullptr, (int) s.backends.size(), 256, false, false);
+    const bool parallel = strcmp(entry->name, "pipeline") == 0;
+    const int iterations = parallel ? 8 : 1;
+    s.sched = ggml_backend_sched_new(s.backends.data(), nullptr, (int) s.backends.size(), 256, parallel, false);
     ggml_init_params params = {ggml_tensor_overhead() * 256 + ggml_graph_overhead(), nullptr, true};
     s.ctx = ggml_init(params);
     std::mt19937 rng(seed);
@@ -149,21 +220,31 @@ int main(int argc, char ** argv) {
     ggml_cgraph * graph = ggml_new_graph(s.ctx);
     ggml_build_forward_expand(graph, out);
 
-    if (!ggml_backend_sched_alloc_graph(s.sched, graph)) {
-        fprintf(stderr, "allocation failed\n");
-        return 1;
-    }
-    for (auto & in : s.inputs) {
-        ggml_backend_tensor_set(in.first, in.second.data(), 0, in.second.size() * sizeof(float));
-    }
-    if (ggml_backend_sched_graph_compute(s.sched, graph) != GGML_STATUS_SUCCESS) {
-        fprintf(stderr, "compute failed\n");
-        return 1;
-    }
     std::vector<float> result(ggml_nelements(out));
-    ggml_backend_tensor_get(out, result.data(), 0, result.size() * sizeof(float));
-    printf("result %016llx %g %g\n", (unsigned long long) fnv(result.data(), result.size() * sizeof(float)),
-           result[0], result[result.size() - 1]);
+    uint64_t hash = 0;
+    for (int it = 0; it < iterations; it++) {
+        ggml_backend_sched_reset(s.sched);
+        if (!ggml_backend_sched_alloc_graph(s.sched, graph)) {
+            fprintf(stderr, "allocation failed\n");
+            return 1;
+        }
+        for (auto & in : s.inputs) {
+            if (!in.first->buffer) {
+                continue;  // an input the (random) graph never reached
+            }
+            for (float & v : in.second) v += 0.125f * (float) it;  // new inputs every iteration
+            ggml_backend_tensor_set(in.first, in.second.data(), 0, in.second.size() * sizeof(float));
+        }
+        // async: the next iteration's inputs are copied while the devices may still be busy
+        if (ggml_backend_sched_graph_compute_async(s.sched, graph) != GGML_STATUS_SUCCESS) {
+            fprintf(stderr, "compute failed\n");
+            return 1;
+        }
+        ggml_backend_sched_synchronize(s.sched);
+        ggml_backend_tensor_get(out, result.data(), 0, result.size() * sizeof(float));
+        hash = hash * 31 + fnv(result.data(), result.size() * sizeof(float));
+    }
+    printf("result %016llx %g %g\n", (unsigned long long) hash, result[0], result[result.size() - 1]);
 
     ggml_backend_sched_free(s.sched);
     ggml_free(s.ctx);

@@ -9,7 +9,7 @@ from .hooks import build_root
 from .programs import hooks, program
 from .record import trace_env
 
-SCENARIOS = ["inputless-reuse", "cpu-async-cpu"]
+SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "random-dag"]
 DEFAULT_LATENCY_US = 5000.0
 
 
@@ -44,21 +44,30 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us: float = DE
     exe = str(program(build, "ggml-trace-scenarios"))
     out_dir = Path(out_dir or build_root() / "scenarios" / f"{name}-{build}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    ref = subprocess.run([exe, name, "--cpu-only"], capture_output=True, text=True, timeout=120)
-    if ref.returncode != 0:
-        raise RuntimeError(f"CPU reference run failed: {ref.stderr[-2000:]}")
-    reference = _result_of(ref.stdout)
+    def reference_for(data_seed):  # the same graph and inputs, computed on the CPU alone
+        ref = subprocess.run([exe, name, "--cpu-only", "--seed", str(data_seed)], capture_output=True, text=True,
+                             timeout=120)
+        if ref.returncode != 0:
+            raise RuntimeError(f"CPU reference run failed: {ref.stderr[-2000:]}")
+        return _result_of(ref.stdout)
+
+    # Only random-dag draws its graph from the seed; the others keep one graph and one reference.
+    per_run_graph = name == "random-dag"
+    reference = reference_for(seed if per_run_graph else 1)
     result = ScenarioResult(name, build, runs, 0, reference, latency_us, jitter_us, seed)
     for i in range(runs):
+        data_seed = seed + i if per_run_graph else 1
+        expected = reference_for(data_seed) if per_run_graph else reference
         trace = out_dir / f"run-{i:03d}.ggmltrace"
         trace.unlink(missing_ok=True)
         env = trace_env(hooks(build), trace)
         env.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=str(latency_us),
                    GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
-        r = subprocess.run([exe, name], capture_output=True, text=True, timeout=120, env=env)
+        r = subprocess.run([exe, name, "--seed", str(data_seed)], capture_output=True, text=True, timeout=120,
+                           env=env)
         if r.returncode != 0:
             raise RuntimeError(f"run {i} of {name} failed ({r.returncode}): {r.stderr[-2000:]}")
-        if _result_of(r.stdout) != reference:
+        if _result_of(r.stdout) != expected:
             result.corrupt_runs += 1
             result.corrupt.append(i)
         result.traces.append(str(trace))
