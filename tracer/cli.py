@@ -133,6 +133,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=cmd_races)
 
+    from .cli_views import add_view_commands
+
+    add_view_commands(sub)
+
     p = sub.add_parser("builds", help="list the ggml builds that have hooks")
     p.set_defaults(fn=cmd_builds)
 
