@@ -1,0 +1,473 @@
+"""Tests of the race analysis (analysis.races), on traces made by hand with tests/tracegen.py.
+
+The scenarios follow ggml issue #23321: an async backend A queues work that reads bytes X, and a
+later operation on another backend writes X (a different tensor the allocator placed there)
+while nothing orders it after A's work.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tracegen import TraceBuilder
+
+from analysis import RaceReport, load, races
+from analysis.trace_file import BUF_ALLOCATED, BUF_FREED
+from tracer.cli import main as cli
+
+A, B, CPU, RPC = 0, 1, 2, 3             # backend indices
+HBUF, DBUF = 0xB000, 0xD000             # host compute buffer, a buffer on device A
+HBASE, DBASE = 0x5000_0000, 0x7000_0000
+EV, EV2 = 0xE1, 0xE2
+US = 1000                               # ns per us
+
+
+def builder() -> TraceBuilder:
+    b = TraceBuilder(hooks_build="test")
+    b.thread(0, name="main")
+    b.thread(1, name="VDEV0 stream")
+    b.backend(A, "VDEV0", "VDEV0", device_type=1, has_async=True, has_events=True)
+    b.backend(B, "VDEV1", "VDEV1", device_type=1, has_async=True, has_events=True)
+    b.backend(CPU, "CPU", "CPU", device_type=0)
+    b.backend(RPC, "RPC0", "RPC0", device_type=1)  # neither async nor events: synchronous
+    b.buffer(HBUF, BUF_ALLOCATED, base=HBASE, size=1 << 20, usage=2, is_host=True,
+             buft_name="CPU", device_ptr=0x6000_0000 + 0x100 * CPU)
+    b.buffer(DBUF, BUF_ALLOCATED, base=DBASE, size=1 << 20, usage=2, buft_name="VDEV0",
+             device_ptr=0x6000_0000 + 0x100 * A)
+    return b
+
+
+def split(b: TraceBuilder, backend: int, t: int, graph: int, index: int, accesses=(),
+          dur: int = 10 * US, thread: int = 0) -> int:
+    """A graph_compute call with accesses (mode, buffer, offset, size, tensor[, node])."""
+    cid = b.call("graph_compute", t, t + dur, thread=thread, backend=backend, sched=0,
+                 graph=graph, split=index, arg=len(accesses))
+    for mode, buf, off, size, tensor, *node in accesses:
+        b.access(cid, mode, buf, off, size, tensor=tensor, node=node[0] if node else None,
+                 op=1, index=0, thread=thread)
+    return cid
+
+
+def reuse_graph(b: TraceBuilder, g: int, t0: int, between=None, writer: int = CPU,
+                device=None) -> tuple[int, int]:
+    """Graph g: A's split 3 reads inp_embd at X (host buffer); `between(b, t)` adds calls; then
+    split 4 on `writer` writes ffn_out-0 over X. Returns (A split, writer split) call ids."""
+    a = split(b, A, t0, g, 3, [("read", HBUF, 0x100, 256, "inp_embd", "mul_mat-0"),
+                               ("write", DBUF, 0, 64, "mul_mat-0")])
+    if device is not None:  # the device-side execution of A's split
+        b.call("device_exec", t0 + device[0], t0 + device[1], thread=1, backend=A, graph=g,
+               split=3, obj=a)
+    if between:
+        between(b, t0 + 100 * US)
+    w = split(b, writer, t0 + 500 * US, g, 4, [("write", HBUF, 0x80, 512, "ffn_out-0")],
+              dur=100 * US)
+    return a, w
+
+
+def analyse(tmp_path, b: TraceBuilder, name: str = "t.trace") -> RaceReport:
+    p = tmp_path / name
+    b.write(p)
+    return races(load(p))
+
+
+def findings(report: RaceReport) -> list[dict]:
+    return report.to_json()["races"]
+
+
+# -- the ordering rules -----------------------------------------------------------------------
+
+def test_async_read_then_cpu_reuse_is_a_race(tmp_path):
+    b = builder()
+    reuse_graph(b, 12, 1_000 * US)
+    r = analyse(tmp_path, b)
+    (f,) = findings(r)
+    assert f["class"] == "read-after-reuse"
+    assert f["count"] == 1
+    assert (f["a"]["backend"], f["a"]["split"], f["a"]["kind"]) == ("VDEV0", 3, "graph_compute")
+    assert (f["a"]["tensor"], f["a"]["node"], f["a"]["mode"]) == ("inp_embd", "mul_mat-0", "read")
+    assert (f["b"]["backend"], f["b"]["split"], f["b"]["tensor"]) == ("CPU", 4, "ffn_out-0")
+    assert f["b"]["mode"] == "write" and f["a"]["graph"] == f["b"]["graph"] == 12
+    assert f["buffer"] == hex(HBUF) and f["range"] == [0x100, 0x200]
+    assert "inp_embd" in f["missing"] and "ffn_out-0" in f["missing"]
+    assert "VDEV0 split 3" in f["missing"] and "CPU split 4" in f["missing"]
+    assert "synchronize on VDEV0" in f["missing"]
+    assert len(r.findings) == 1 and len(r.pairs) == 1
+    assert r.operations == 2 and r.accesses == 3
+
+
+def test_synchronize_orders_it(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, between=lambda b, t: b.call("synchronize", t, t + 5, backend=A))
+    assert findings(analyse(tmp_path, b)) == []
+
+
+def test_event_record_and_synchronize_order_it(tmp_path):
+    def between(b, t):
+        b.call("event_record", t, t + 5, backend=A, obj=EV)
+        b.call("event_synchronize", t + 50 * US, t + 60 * US, backend=A, obj=EV)
+    b = builder()
+    reuse_graph(b, 0, 0, between=between)
+    assert findings(analyse(tmp_path, b)) == []
+
+
+def test_event_synchronize_without_a_record_after_the_split_does_not(tmp_path):
+    def between(b, t):  # the event was recorded before A's split was queued
+        b.call("event_synchronize", t + 50 * US, t + 60 * US, backend=A, obj=EV)
+    b = builder()
+    b.call("event_record", 100, 200, backend=A, obj=EV)
+    reuse_graph(b, 0, 1_000 * US, between=between)
+    assert len(findings(analyse(tmp_path, b))) == 1
+
+
+@pytest.mark.parametrize("other", [B, CPU])
+def test_synchronize_on_an_unrelated_backend_does_not(tmp_path, other):
+    b = builder()
+    reuse_graph(b, 0, 0, between=lambda b, t: b.call("synchronize", t, t + 5, backend=other))
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["class"] == "read-after-reuse"
+
+
+def test_event_wait_orders_another_queue(tmp_path):
+    def between(b, t):
+        b.call("event_record", t, t + 5, backend=A, obj=EV)
+        b.call("event_wait", t + 10 * US, t + 11 * US, backend=B, obj=EV)
+    b = builder()
+    reuse_graph(b, 0, 0, between=between, writer=B)
+    assert findings(analyse(tmp_path, b)) == []
+
+
+def test_without_the_wait_another_queue_races(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, between=lambda b, t: b.call("event_record", t, t + 5, backend=A,
+                                                     obj=EV),
+                writer=B)
+    (f,) = findings(analyse(tmp_path, b))
+    assert (f["a"]["backend"], f["b"]["backend"]) == ("VDEV0", "VDEV1")
+    assert "event_wait on VDEV1" in f["missing"]
+
+
+def test_a_wait_on_another_event_does_not_order_it(tmp_path):
+    def between(b, t):
+        b.call("event_record", t, t + 5, backend=A, obj=EV)
+        b.call("event_wait", t + 10 * US, t + 11 * US, backend=B, obj=EV2)
+    b = builder()
+    reuse_graph(b, 0, 0, between=between, writer=B)
+    assert len(findings(analyse(tmp_path, b))) == 1
+
+
+def test_the_wait_uses_the_latest_record_before_it(tmp_path):
+    def between(b, t):  # EV re-recorded on B (empty) after A's record: waiting on it orders nothing
+        b.call("event_record", t, t + 5, backend=A, obj=EV)
+        b.call("event_record", t + 5 * US, t + 6 * US, backend=B, obj=EV)
+        b.call("event_wait", t + 10 * US, t + 11 * US, backend=B, obj=EV)
+    b = builder()
+    reuse_graph(b, 0, 0, between=between, writer=B)
+    assert len(findings(analyse(tmp_path, b))) == 1
+
+
+def test_queue_order_on_one_backend(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, writer=A)  # the writer is queued on A after the reader: FIFO
+    assert findings(analyse(tmp_path, b)) == []
+
+
+def test_host_work_before_the_enqueue_is_ordered(tmp_path):
+    b = builder()
+    split(b, CPU, 0, 0, 0, [("write", HBUF, 0x100, 256, "inp_embd")])
+    split(b, A, 100 * US, 0, 1, [("read", HBUF, 0x100, 256, "inp_embd")])
+    assert findings(analyse(tmp_path, b)) == []
+
+
+def test_async_copy_waits_for_its_source_queue(tmp_path):
+    """Rule 7: A writes t; cpy_tensor_async A -> B reads t; B's split reads the copy."""
+    def graph(b, copy_src):
+        split(b, A, 0, 0, 0, [("write", DBUF, 0, 256, "t")])
+        cp = b.call("cpy_tensor_async", 20 * US, 21 * US, backend=B, backend2=copy_src,
+                    sched=0, graph=0, split=1, arg=256)
+        b.access(cp, "read", DBUF, 0, 256, tensor="t")
+        b.access(cp, "write", DBUF, 0x1000, 256, tensor="VDEV1#t#0")
+        split(b, B, 30 * US, 0, 1, [("read", DBUF, 0x1000, 256, "VDEV1#t#0")])
+    b = builder()
+    graph(b, A)
+    assert findings(analyse(tmp_path, b, "ok.trace")) == []
+    b = builder()  # a copy that claims a synchronous source does not wait for A
+    graph(b, CPU)
+    (f,) = findings(analyse(tmp_path, b, "bad.trace"))
+    assert f["class"] == "read-after-write" and f["a"]["tensor"] == f["b"]["tensor"] == "t"
+    assert (f["a"]["kind"], f["b"]["kind"]) == ("graph_compute", "cpy_tensor_async")
+
+
+def test_a_declined_copy_queues_nothing(tmp_path):
+    """A cpy_tensor_async without accesses was declined: it adds no ordering of its own."""
+    b = builder()
+    split(b, A, 0, 0, 0, [("write", DBUF, 0, 256, "t")])
+    b.call("cpy_tensor_async", 20 * US, 21 * US, backend=B, backend2=A, flags=2)
+    split(b, B, 30 * US, 0, 1, [("read", DBUF, 0, 256, "t")])
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["class"] == "read-after-write"
+
+
+def test_write_after_write(tmp_path):
+    b = builder()
+    s = b.call("set_tensor_async", 0, 10, backend=A, obj=1, arg=256)
+    b.access(s, "write", DBUF, 0, 256, tensor="kv")
+    c = b.call("buf_set_tensor", 100, 200, backend=A, obj=1, arg=256)
+    b.access(c, "write", DBUF, 0, 256, tensor="kv")
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["class"] == "write-after-write"
+    assert (f["a"]["kind"], f["b"]["kind"]) == ("set_tensor_async", "buf_set_tensor")
+
+
+def test_buffer_calls_do_not_join_the_queue(tmp_path):
+    """A host get of bytes A's queued split writes: the buffer call does not wait for A."""
+    b = builder()
+    split(b, A, 0, 0, 0, [("write", DBUF, 0, 256, "logits")])
+    g = b.call("buf_get_tensor", 100 * US, 101 * US, backend=A, arg=256)
+    b.access(g, "read", DBUF, 0, 256, tensor="logits")
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["class"] == "read-after-write" and f["b"]["kind"] == "buf_get_tensor"
+    b = builder()
+    split(b, A, 0, 0, 0, [("write", DBUF, 0, 256, "logits")])
+    b.call("synchronize", 50 * US, 60 * US, backend=A)
+    g = b.call("buf_get_tensor", 100 * US, 101 * US, backend=A, arg=256)
+    b.access(g, "read", DBUF, 0, 256, tensor="logits")
+    assert findings(analyse(tmp_path, b, "synced.trace")) == []
+
+
+def test_get_tensor_async_then_event_synchronize(tmp_path):
+    """The async get writes host memory when it runs: reading it needs the host to wait."""
+    def trace(wait: bool):
+        b = builder()
+        g = b.call("get_tensor_async", 0, 10, backend=A, arg=256)
+        b.access(g, "read", DBUF, 0, 256, tensor="logits")
+        b.access(g, "write", HBUF, 0x4000, 256)  # the caller's host memory (no tensor name)
+        b.call("event_record", 20, 30, backend=A, obj=EV)
+        if wait:
+            b.call("event_synchronize", 40, 50, backend=A, obj=EV)
+        c = b.call("buf_set_tensor", 100, 200, backend=A, arg=256)
+        b.access(c, "read", HBUF, 0x4000, 256)
+        b.access(c, "write", DBUF, 0x8000, 256, tensor="inp")
+        return b
+    assert findings(analyse(tmp_path, trace(True), "wait.trace")) == []
+    (f,) = findings(analyse(tmp_path, trace(False), "nowait.trace"))
+    assert f["class"] == "read-after-write" and f["a"]["tensor"] is None
+
+
+def test_rpc_and_cpu_are_synchronous(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, writer=CPU)  # a race because A is async ...
+    b2 = builder()
+    split(b2, RPC, 0, 0, 3, [("read", HBUF, 0x100, 256, "inp_embd")])
+    split(b2, CPU, 500 * US, 0, 4, [("write", HBUF, 0x100, 256, "ffn_out-0")])
+    assert len(findings(analyse(tmp_path, b, "a.trace"))) == 1
+    assert findings(analyse(tmp_path, b2, "rpc.trace")) == []  # ... and none with RPC
+
+
+def test_cpu_only_trace_has_no_races(tmp_path):
+    b = builder()
+    rng = np.random.default_rng(1)
+    for g in range(20):
+        for s in range(6):
+            off = int(rng.integers(0, 64)) * 256
+            split(b, CPU if s % 2 else RPC, (g * 6 + s) * 100 * US, g, s,
+                  [("read", HBUF, off, 4096, f"t{s - 1}"), ("write", HBUF, off + 128, 4096,
+                                                            f"t{s}")])
+        c = b.call("buf_get_tensor", (g * 6 + 6) * 100 * US - 50, (g * 6 + 6) * 100 * US - 10)
+        b.access(c, "read", HBUF, 0, 1 << 16, tensor="out")
+    r = analyse(tmp_path, b)
+    assert findings(r) == [] and len(r.findings) == 0 and r.accesses == 20 * 13
+
+
+def test_threads_without_traced_synchronization_race(tmp_path):
+    b = builder()
+    b.thread(2, name="other")
+    split(b, CPU, 0, 0, 0, [("write", HBUF, 0, 256, "a")])
+    split(b, CPU, 100 * US, 1, 0, [("read", HBUF, 0, 256, "a")], thread=2)
+    (f,) = findings(analyse(tmp_path, b))
+    assert (f["a"]["thread"], f["b"]["thread"]) == (0, 2) and "threads 0 and 2" in f["missing"]
+
+
+def test_a_host_thread_synchronizing_the_queue_orders_another_threads_enqueue(tmp_path):
+    """Thread 0 enqueues A's split; thread 2 synchronizes A, then writes: ordered."""
+    b = builder()
+    b.thread(2, name="other")
+    split(b, A, 0, 0, 3, [("read", HBUF, 0, 256, "inp_embd")])
+    b.call("synchronize", 50 * US, 60 * US, thread=2, backend=A)
+    split(b, CPU, 100 * US, 0, 4, [("write", HBUF, 0, 256, "z")], thread=2)
+    assert findings(analyse(tmp_path, b)) == []
+
+
+# -- repetition, timing, memory -----------------------------------------------------------------
+
+def test_repetition_is_one_finding(tmp_path):
+    b = builder()
+    for g in range(20):
+        reuse_graph(b, g, g * 2_000 * US)
+        b.call("synchronize", g * 2_000 * US + 1_000 * US, g * 2_000 * US + 1_001 * US,
+               backend=A)
+    r = analyse(tmp_path, b)
+    (f,) = findings(r)
+    assert f["count"] == 20 and len(r.pairs) == 20
+    assert f["first"]["graph"] == 0 and f["last"]["graph"] == 19
+    assert f["first"]["t_us"] == pytest.approx(0) and f["last"]["t_us"] == pytest.approx(38_000)
+
+
+def test_different_tensors_are_different_findings(tmp_path):
+    b = builder()
+    for g in range(3):
+        t0 = g * 2_000 * US
+        split(b, A, t0, g, 3, [("read", HBUF, 0, 256, "inp_embd"),
+                               ("read", HBUF, 0x1000, 256, "pos")])
+        split(b, CPU, t0 + 500 * US, g, 4, [("write", HBUF, 0, 256, "z"),
+                                            ("write", HBUF, 0x1000, 256, "z2")])
+        b.call("synchronize", t0 + 1_000 * US, t0 + 1_001 * US, backend=A)
+    fs = findings(analyse(tmp_path, b))
+    assert sorted((f["a"]["tensor"], f["b"]["tensor"], f["count"]) for f in fs) == [
+        ("inp_embd", "z", 3), ("pos", "z2", 3)]
+
+
+def test_manifested_when_device_execution_overlaps(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, device=(450 * US, 550 * US))  # A ran during the CPU split [500, 600]
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["manifested"] is True and f["margin_us"] is None and f["inverted"] is False
+    assert f["a"]["device"] is True and f["a"]["t_begin_us"] == pytest.approx(450)
+    assert f["b"]["device"] is False and f["b"]["t_begin_us"] == pytest.approx(500)
+
+
+def test_latent_with_margin(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, device=(100 * US, 200 * US))  # A done 300 us before the CPU split
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["manifested"] is False and f["inverted"] is False
+    assert f["margin_us"] == pytest.approx(300.0)
+
+
+def test_inverted_is_latent_and_flagged(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, device=(900 * US, 950 * US))  # A ran 300 us after the CPU split
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["manifested"] is False and f["inverted"] is True
+    assert f["margin_us"] == pytest.approx(300.0)
+
+
+def test_findings_order_and_aggregates(tmp_path):
+    b = builder()
+    # graph 0: latent (margin 300); graph 1: manifested; same finding -> manifested, margin 300
+    reuse_graph(b, 0, 0, device=(100 * US, 200 * US))
+    b.call("synchronize", 1_000 * US, 1_001 * US, backend=A)
+    reuse_graph(b, 1, 2_000 * US, device=(450 * US, 550 * US))
+    b.call("synchronize", 3_000 * US, 3_001 * US, backend=A)
+    # another finding, latent with margin 50
+    k = split(b, A, 4_000 * US, 2, 5, [("read", HBUF, 0x8000, 64, "k")], dur=1 * US)
+    b.call("device_exec", 4_000 * US, 4_100 * US, thread=1, obj=k)
+    split(b, CPU, 4_150 * US, 2, 6, [("write", HBUF, 0x8000, 64, "q")])
+    fs = findings(analyse(tmp_path, b))
+    assert [f["a"]["tensor"] for f in fs] == ["inp_embd", "k"]
+    assert fs[0]["manifested"] and fs[0]["count"] == 2 and fs[0]["margin_us"] == pytest.approx(300)
+    assert not fs[1]["manifested"] and fs[1]["margin_us"] == pytest.approx(50)
+
+
+def test_a_new_buffer_generation_is_other_memory(tmp_path):
+    def trace(free: bool):
+        b = builder()
+        ptr, base = 0xC000, 0x9000_0000
+        b.buffer(ptr, BUF_ALLOCATED, base=base, size=4096, is_host=True, buft_name="CPU",
+                 device_ptr=0x6000_0000 + 0x100 * CPU, t=0)
+        split(b, A, 10 * US, 0, 0, [("read", ptr, 0, 256, "old")])
+        if free:
+            b.buffer(ptr, BUF_FREED, size=4096, t=20 * US)
+            b.buffer(ptr, BUF_ALLOCATED, base=base, size=4096, is_host=True, buft_name="CPU",
+                     device_ptr=0x6000_0000 + 0x100 * CPU, t=30 * US)
+        split(b, CPU, 100 * US, 0, 1, [("write", ptr, 0, 256, "new")])
+        return b
+    assert len(findings(analyse(tmp_path, trace(False), "same.trace"))) == 1
+    assert findings(analyse(tmp_path, trace(True), "freed.trace")) == []
+
+
+def test_unresolved_host_memory_is_ignored(tmp_path):
+    b = builder()
+    raw = 0x1234_0000  # in no known buffer
+    split(b, A, 0, 0, 0, [("read", 0, raw, 256, "user_data")])
+    split(b, CPU, 100 * US, 0, 1, [("write", 0, raw, 256, "other")])
+    r = analyse(tmp_path, b)
+    assert findings(r) == [] and r.accesses == 0
+
+
+def test_raw_host_addresses_in_a_host_buffer_are_that_buffer(tmp_path):
+    b = builder()
+    split(b, A, 0, 0, 0, [("read", 0, HBASE + 0x100, 256, "inp_embd")])  # resolved to HBUF
+    split(b, CPU, 100 * US, 0, 1, [("write", HBUF, 0x100, 256, "z")])
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["buffer"] == hex(HBUF)
+
+
+def test_disjoint_and_adjacent_bytes_do_not_conflict(tmp_path):
+    b = builder()
+    split(b, A, 0, 0, 0, [("read", HBUF, 0, 256, "a"), ("write", HBUF, 0x1000, 256, "b")])
+    split(b, CPU, 100 * US, 0, 1, [("write", HBUF, 256, 256, "c"),    # adjacent
+                                    ("read", HBUF, 0, 256, "a")])      # read-read
+    assert findings(analyse(tmp_path, b)) == []
+
+
+def test_empty_and_header_only_traces(tmp_path):
+    r = analyse(tmp_path, TraceBuilder())
+    assert findings(r) == [] and r.operations == 0 and r.accesses == 0
+    assert list(r.findings.columns)[:5] == ["class", "manifested", "inverted", "margin_us", "count"]
+
+
+# -- the loader's device frame ------------------------------------------------------------------
+
+def test_device_frame(tmp_path):
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0, device=(100 * US, 200 * US))
+    b.call("device_exec", 210 * US, 220 * US, thread=1, obj=a)  # a second piece of the same work
+    p = tmp_path / "d.trace"
+    b.write(p)
+    t = load(p)
+    d = t.device
+    assert list(d.columns) == ["call_id", "kind", "backend", "graph", "split", "t_begin",
+                               "t_end", "thread"]
+    assert list(d["call_id"]) == [a, a] and list(d["kind"]) == ["graph_compute"] * 2
+    assert list(d["backend"]) == ["VDEV0"] * 2 and list(d["split"]) == [3, 3]
+    assert list(d["t_begin"]) == [100 * US, 210 * US] and list(d["thread"]) == [1, 1]
+    assert str(d["call_id"].dtype) == "uint64" and str(d["graph"].dtype) == "Int64"
+    assert len(t.splits) == 2 and "device_exec" not in set(t.sync["kind"].astype(str))
+    (f,) = findings(races(t))  # first to last device_exec of the call
+    assert f["a"]["t_begin_us"] == pytest.approx(100) and f["a"]["t_end_us"] == pytest.approx(220)
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+
+def test_cli_exit_codes_and_json(tmp_path, capsys):
+    clean, racy, bad = tmp_path / "clean.trace", tmp_path / "racy.trace", tmp_path / "bad.trace"
+    b = builder()
+    reuse_graph(b, 0, 0, between=lambda b, t: b.call("synchronize", t, t + 5, backend=A))
+    b.write(clean)
+    b = builder()
+    reuse_graph(b, 0, 0, device=(100 * US, 200 * US))
+    b.write(racy)
+    bad.write_bytes(b"not a trace at all" * 10)
+
+    assert cli(["races", str(clean)]) == 0
+    assert "no races" in capsys.readouterr().out
+    assert cli(["races", str(racy)]) == 1
+    out = capsys.readouterr().out
+    assert "read-after-reuse" in out and "inp_embd" in out and "ffn_out-0" in out
+    assert "latent, margin 300.0 us" in out
+    assert cli(["races", str(racy), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert {"races", "operations", "accesses"} <= set(doc)
+    (f,) = doc["races"]
+    assert {"class", "manifested", "margin_us", "count", "a", "b", "buffer", "range",
+            "missing", "first", "last"} <= set(f)
+    assert {"backend", "graph", "split", "kind", "tensor", "node", "thread", "mode",
+            "t_begin_us", "t_end_us"} <= set(f["a"]) and set(f["a"]) == set(f["b"])
+    assert cli(["races", str(clean), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["races"] == []
+    assert cli(["races", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ggml-trace races:") and "\n" not in err
+    assert cli(["races", str(tmp_path / "missing.trace")]) == 2
