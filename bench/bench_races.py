@@ -196,11 +196,11 @@ def build_trace(path: str, events: int, nodes: int, race: bool) -> tuple[int, in
     calls["obj"] = np.where(ref >= 0, ids[gi * nc + np.maximum(ref, 0)], f["obj"][ti])
     calls["arg"] = f["arg"][ti]
 
-    a = np.array(g.acc, np.int64)
+    a = np.array(g.acc, np.uint64)
     acc = np.zeros(na * n_graphs, ACCESS_DTYPE)
     ga = np.repeat(np.arange(n_graphs), na)
     ai = np.tile(np.arange(na), n_graphs)
-    owner = ga * nc + a[ai, 0]
+    owner = ga * nc + a[ai, 0].astype(np.int64)
     acc["type"] = REC_ACCESS
     acc["mode"] = a[ai, 1]
     acc["thread"] = calls["thread"][owner]
@@ -208,8 +208,8 @@ def build_trace(path: str, events: int, nodes: int, race: bool) -> tuple[int, in
     acc["buffer"] = a[ai, 2]
     acc["offset"] = a[ai, 3]
     acc["size"] = a[ai, 4]
-    acc["tensor"] = a[ai, 5].astype(np.uint64)
-    acc["node"] = a[ai, 6].astype(np.uint64)
+    acc["tensor"] = a[ai, 5]
+    acc["node"] = a[ai, 6]
     acc["index"] = a[ai, 7]
     # Like the writer: a call's accesses come before its record, per thread.
     recs = np.concatenate([acc.view(np.dtype((np.void, 64))), calls.view(np.dtype((np.void, 64)))])

@@ -281,25 +281,31 @@ void be_get_tensor_async(ggml_backend_t backend, const ggml_tensor * t, void * d
 }
 
 // Accepts copies into this device from host memory and from any virtual device. A host source is
-// read when the copy runs, as a GPU's DMA from host memory would (Vulkan does this; the race of
-// ggml issue #23321 needs it).
+// read when the copy runs, on this device's stream, as a GPU's DMA from host memory would (Vulkan
+// does this; the race of ggml issue #23321 needs it). A copy from another device runs on the
+// *source* stream, after the work queued there, and this stream waits for it, as CUDA does
+// (cudaMemcpyPeerAsync on the source stream + an event the destination stream waits on).
 bool be_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backend, const ggml_tensor * src, ggml_tensor * dst) {
     if (!is_vdev_buffer(dst->buffer) || !src->buffer) {
         return false;
     }
-    bool src_host = g_cpu.buffer_is_host(src->buffer);
-    if (!src_host && !is_vdev_buffer(src->buffer)) {
+    Stream * d = stream_of(dst_backend);
+    if (g_cpu.buffer_is_host(src->buffer)) {
+        enqueue_copy(d, dst->data, src->data, g_api.nbytes(src));
+        return true;
+    }
+    if (!is_vdev_buffer(src->buffer) || src_backend->iface.get_name != be_get_name) {
         return false;
     }
-    Stream * s = stream_of(dst_backend);
-    if (!src_host && src_backend != dst_backend && src_backend->iface.get_name == be_get_name) {
-        Op * w = new Op();
-    w->kind = Op::WAIT;  // the copy runs after the source stream's queued work
-        w->wait_stream = stream_of(src_backend);
-        w->wait_seq = tail(w->wait_stream);
-        enqueue(s, w);
-    }
+    Stream * s = stream_of(src_backend);
     enqueue_copy(s, dst->data, src->data, g_api.nbytes(src));
+    if (s != d) {
+        Op * w = new Op();
+        w->kind = Op::WAIT;
+        w->wait_stream = s;
+        w->wait_seq = tail(s);
+        enqueue(d, w);
+    }
     return true;
 }
 
