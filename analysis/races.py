@@ -44,7 +44,7 @@ COPY_KINDS = ["cpy_tensor_async", "set_tensor_async", "get_tensor_async", "set_t
 # windows are cut to their most recent entries (a safety valve for traces in which a queue is
 # never synchronised: then every later access races with all its history).
 CHUNK = 1 << 22
-MAX_CANDIDATES = 1 << 27
+MAX_CANDIDATES = 1 << 25
 
 FINDING_COLUMNS = (
     ["class", "manifested", "inverted", "margin_us", "count"]
@@ -125,6 +125,7 @@ class RaceReport:
     def to_json(self) -> dict:
         out = []
         for r in self.findings.to_dict("records"):
+            r = {k: _py(v) for k, v in r.items()}
             side = {s: {c: r[f"{s}_{c}"] for c in ("backend", "graph", "split", "kind", "tensor",
                                                    "node", "thread", "mode", "t_begin_us",
                                                    "t_end_us", "device", "call_id")}
@@ -324,6 +325,8 @@ class _Analysis:
         if E and K > 1:
             big = int(self.ev_seq.max()) + 1
             off = (self.ev_comp * big)[:, None]
+            # A shortest happens-before path enters each component at most once, so K - 1
+            # rounds reach the fixed point and one more sees no change.
             for _ in range(K + 1):
                 before = C.copy()
                 for src, dst in self.edges:
@@ -383,9 +386,9 @@ class _Analysis:
         self.truncated = 0
         na = len(self.a_ev)
         K = self.K
-        out_a, out_b = [], []
+        empty = np.zeros(0, np.int64)
         if na == 0 or K < 2:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return empty, empty
         comp = self.ev_comp[self.a_ev]
         seq = self.ev_seq[self.a_ev]
         topo = self.ev_topo[self.a_ev]
@@ -399,41 +402,47 @@ class _Analysis:
             order = sel[np.lexsort((topo[sel], g[sel]))]
             return order, base[order] | seq[order], base[order] | topo[order]
 
-        everything = structure(np.arange(na))
-        writes = structure(np.flatnonzero(self.a_write))
+        structures = (structure(np.flatnonzero(self.a_write)), structure(np.arange(na)))
+        # Windows: for each access b and component c, the accesses of c to the same lifetime
+        # that come after b's clock[c] and before b (a read only conflicts with writes).
+        plans = []  # (structure, b, lo, cnt)
         for c in range(K):
-            # Accesses whose operation may be unordered with some earlier operation of c.
             qb = np.flatnonzero(self.uncovered[self.a_ev, c])
             if len(qb) == 0:
                 continue
-            for is_w, (order, kseq, ktopo) in ((False, writes), (True, everything)):
-                b = qb[self.a_write[qb] == is_w]  # a read only conflicts with writes
+            for is_w in (False, True):
+                order, kseq, ktopo = structures[is_w]
+                b = qb[self.a_write[qb] == is_w]
                 if len(b) == 0 or len(order) == 0:
                     continue
                 gq = (self.a_lt[b] * K + c) << shift
                 lo = np.searchsorted(kseq, gq | self.C[self.a_ev[b], c], side="right")
                 hi = np.searchsorted(ktopo, gq | topo[b], side="left")
-                cnt = np.maximum(hi - lo, 0)
-                nz = np.flatnonzero(cnt)
-                b, lo, cnt = b[nz], lo[nz], cnt[nz]
-                total = int(cnt.sum())
-                if total > MAX_CANDIDATES:  # keep the most recent entries of long windows
-                    srt = np.sort(cnt)
-                    cs = np.cumsum(srt)
-                    k = np.searchsorted(cs + srt * (len(srt) - 1 - np.arange(len(srt))),
-                                        MAX_CANDIDATES, side="right")
-                    cap = max(int(srt[k - 1]) if k else 1, 1)
-                    cut = cnt > cap
-                    self.truncated += int(cut.sum())
-                    lo = np.where(cut, lo + cnt - cap, lo)
-                    cnt = np.minimum(cnt, cap)
-                for qi, pos in _expand(lo, cnt):
-                    ai, bi = order[pos], b[qi]
-                    hit = (self.a_off[ai] < self.a_end[bi]) & (self.a_off[bi] < self.a_end[ai])
-                    out_a.append(ai[hit])
-                    out_b.append(bi[hit])
-        if not out_a:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+                nz = np.flatnonzero(hi > lo)
+                if len(nz):
+                    plans.append((order, b[nz], lo[nz], (hi - lo)[nz]))
+        if not plans:
+            return empty, empty
+        cnt_all = np.concatenate([p[3] for p in plans])
+        cap = None
+        if int(cnt_all.sum()) > MAX_CANDIDATES:
+            # Keep the most recent entries of the longest windows (see MAX_CANDIDATES).
+            srt = np.sort(cnt_all)
+            n = len(srt)
+            fill = np.cumsum(srt) + srt * (n - 1 - np.arange(n))  # total if cap = srt[i]
+            i = int(np.searchsorted(fill, MAX_CANDIDATES, side="right")) - 1
+            cap = int(srt[i]) if i >= 0 else max(MAX_CANDIDATES // n, 1)
+            self.truncated = int((cnt_all > cap).sum())
+        out_a, out_b = [], []
+        for order, b, lo, cnt in plans:
+            if cap is not None:
+                lo = np.where(cnt > cap, lo + cnt - cap, lo)
+                cnt = np.minimum(cnt, cap)
+            for qi, pos in _expand(lo, cnt):
+                ai, bi = order[pos], b[qi]
+                hit = (self.a_off[ai] < self.a_end[bi]) & (self.a_off[bi] < self.a_end[ai])
+                out_a.append(ai[hit])
+                out_b.append(bi[hit])
         return np.concatenate(out_a), np.concatenate(out_b)
 
     # ---------------------------------------------------------------------------------------
@@ -477,21 +486,21 @@ class _Analysis:
     # ---------------------------------------------------------------------------------------
     def findings(self, pairs: pd.DataFrame) -> pd.DataFrame:
         if len(pairs) == 0:
-            return pd.DataFrame({c: pd.Series(dtype=object) for c in FINDING_COLUMNS})
+            return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in FINDING_COLUMNS})
         key = ["cls"] + [f"{s}_{c}" for s in "ab"
-                           for c in ("kind", "backend", "split", "tensor", "mode")]
-        p = pairs.copy()
+                         for c in ("kind", "backend", "split", "tensor", "mode")]
+        p = pairs[key + ["acc_a", "acc_b", "ord_a", "ord_b", "manifested", "inverted",
+                         "margin_ns", "graph", "t"]].copy()
         p["key"] = p.groupby(key, sort=False).ngroup()
-        # One occurrence per (finding, pair of operations): the first pair of accesses.
+        # One occurrence per (finding, pair of operations): its first pair of accesses.
         p = p.sort_values(["key", "t", "ord_a", "ord_b"], kind="stable")
         occ = p.drop_duplicates(["key", "ord_a", "ord_b"])
         g = occ.groupby("key", sort=True)
-        latent_margin = occ["margin_ns"].where(~occ["manifested"])
         agg = pd.DataFrame({
             "n_occ": g.size(),
             "manifested": g["manifested"].any(),
             "inverted": g["inverted"].any(),
-            "margin_ns": latent_margin.groupby(occ["key"]).min(),
+            "margin_ns": occ["margin_ns"].where(~occ["manifested"]).groupby(occ["key"]).min(),
         })
         first = occ.drop_duplicates("key", keep="first").set_index("key")
         last = occ.drop_duplicates("key", keep="last").set_index("key")
@@ -501,62 +510,131 @@ class _Analysis:
         agg["sort_margin"] = agg["margin_ns"].fillna(-1)
         agg = agg.sort_values(["manifested", "sort_margin", "t"],
                               ascending=[False, True, True], kind="stable")
-        return pd.DataFrame([self.describe(r) for r in agg.itertuples()], columns=FINDING_COLUMNS)
+        return self.describe(agg)
 
-    def side(self, acc: int, ord_: int) -> dict:
+    def side_columns(self, acc: np.ndarray, o: np.ndarray) -> dict:
+        """The columns of one side of the findings, as Python objects (None for missing)."""
         ex_b, ex_e, has_dev = self.ex
-        be = self.c_backend[ord_]
-        tn, nn = self.a_tensor[acc], self.a_node[acc]
         return {
-            "backend": None if be < 0 else str(self.backend_names[be]),
-            "graph": None if self.c_graph[ord_] < 0 else int(self.c_graph[ord_]),
-            "split": None if self.c_split[ord_] < 0 else int(self.c_split[ord_]),
-            "kind": str(self.kind_names[self.c_kind[ord_]]),
-            "tensor": None if tn < 0 else str(self.tensor_names[tn]),
-            "node": None if nn < 0 else str(self.node_names[nn]),
-            "thread": int(self.c_thread[ord_]),
-            "mode": MODES[int(self.a_write[acc])],
-            "t_begin_us": float(ex_b[ord_]) / 1000.0,
-            "t_end_us": float(ex_e[ord_]) / 1000.0,
-            "device": bool(has_dev[ord_]),
-            "call_id": int(self.c_id[ord_]),
-            "queue": bool(self.c_enq[ord_]),
+            "backend": _objects(self.backend_names, self.c_backend[o]),
+            "graph": _ints(self.c_graph[o]),
+            "split": _ints(self.c_split[o]),
+            "kind": _objects(self.kind_names, self.c_kind[o]),
+            "tensor": _objects(self.tensor_names, self.a_tensor[acc]),
+            "node": _objects(self.node_names, self.a_node[acc]),
+            "thread": self.c_thread[o].tolist(),
+            "mode": np.array(MODES, dtype=object)[self.a_write[acc].astype(np.int64)].tolist(),
+            "t_begin_us": (ex_b[o] / 1000.0).tolist(),
+            "t_end_us": (ex_e[o] / 1000.0).tolist(),
+            "device": has_dev[o].tolist(),
+            "call_id": self.c_id[o].tolist(),
+            "queue": self.c_enq[o].tolist(),
         }
 
-    def describe(self, r) -> dict:
-        a, b = self.side(r.acc_a, r.ord_a), self.side(r.acc_b, r.ord_b)
+    def describe(self, agg: pd.DataFrame) -> pd.DataFrame:
+        col = {k: agg[k].to_numpy() for k in ("acc_a", "acc_b", "ord_a", "ord_b")}
+        aa, ab = col["acc_a"].astype(np.int64), col["acc_b"].astype(np.int64)
+        sides = {"a": self.side_columns(aa, col["ord_a"].astype(np.int64)),
+                 "b": self.side_columns(ab, col["ord_b"].astype(np.int64))}
         bf = self.trace.buffers
-        lt = int(self.a_lt[r.acc_a])
-        gen, btype = None, None
-        if lt < len(bf):
-            gen = int(bf["generation"].iat[lt])
-            bt = bf["buft_name"].iat[lt]
-            btype = None if pd.isna(bt) else str(bt)
-        start = int(max(self.a_off[r.acc_a], self.a_off[r.acc_b]))
-        end = int(min(self.a_end[r.acc_a], self.a_end[r.acc_b]))
-        cls = CLASSES[int(r.cls)]
-        row = {
-            "class": cls,
-            "manifested": bool(r.manifested),
-            "inverted": bool(r.inverted),
-            "margin_us": None if pd.isna(r.margin_ns) else float(r.margin_ns) / 1000.0,
-            "count": int(r.n_occ),
-            "buffer": f"0x{int(self.a_buffer[r.acc_a]):x}",
-            "generation": gen,
-            "buffer_type": btype,
-            "range_start": start,
-            "range_end": end,
-            "missing": missing_words(a, b),
-            "first_graph": None if r.graph < 0 else int(r.graph),
-            "first_t_us": float(r.t) / 1000.0,
-            "last_graph": None if r.last_graph < 0 else int(r.last_graph),
-            "last_t_us": float(r.last_t) / 1000.0,
+        lt = self.a_lt[aa]
+        known = lt < len(bf)
+        ltk = np.where(known, lt, 0)
+        gen = np.where(known, bf["generation"].to_numpy(np.int64)[ltk] if len(bf) else 0, -1)
+        btype = _objects(np.array(list(bf["buft_name"].cat.categories), dtype=object),
+                         np.where(known, _codes(bf["buft_name"])[ltk] if len(bf) else -1, -1))
+        margin = agg["margin_ns"].to_numpy(np.float64) / 1000.0
+        out = {
+            "class": np.array(CLASSES, dtype=object)[agg["cls"].to_numpy(np.int64)].tolist(),
+            "manifested": agg["manifested"].to_numpy(bool).tolist(),
+            "inverted": agg["inverted"].to_numpy(bool).tolist(),
+            "margin_us": [None if m != m else m for m in margin.tolist()],
+            "count": agg["n_occ"].to_numpy(np.int64).tolist(),
         }
-        for s, d in (("a", a), ("b", b)):
-            for k, v in d.items():
+        for s in "ab":
+            for k, v in sides[s].items():
                 if k != "queue":
-                    row[f"{s}_{k}"] = v
-        return row
+                    out[f"{s}_{k}"] = v
+        out["buffer"] = [f"0x{x:x}" for x in self.a_buffer[aa].tolist()]
+        out["generation"] = _ints(gen)
+        out["buffer_type"] = btype
+        out["range_start"] = np.maximum(self.a_off[aa], self.a_off[ab]).tolist()
+        out["range_end"] = np.minimum(self.a_end[aa], self.a_end[ab]).tolist()
+        out["missing"] = _missing_column(sides["a"], sides["b"])
+        out["first_graph"] = _ints(agg["graph"].to_numpy(np.int64))
+        out["first_t_us"] = (agg["t"].to_numpy(np.int64) / 1000.0).tolist()
+        out["last_graph"] = _ints(agg["last_graph"].to_numpy(np.int64))
+        out["last_t_us"] = (agg["last_t"].to_numpy(np.int64) / 1000.0).tolist()
+        return pd.DataFrame({c: pd.Series(out[c], dtype=_dtype(c)) for c in FINDING_COLUMNS})
+
+
+def _dtype(column: str):
+    """The dtype of a findings column."""
+    name = column[2:] if column[:2] in ("a_", "b_") else column
+    if name == "class":
+        return pd.CategoricalDtype(CLASSES)
+    if name in ("manifested", "inverted", "device"):
+        return bool
+    if name in ("count", "thread"):
+        return np.int64
+    if name in ("graph", "split", "generation", "first_graph", "last_graph"):
+        return "Int64"
+    if name in ("range_start", "range_end", "call_id"):
+        return np.uint64
+    if name.endswith("_us"):
+        return np.float64
+    return object
+
+
+def _py(v):
+    """A findings value as a JSON-ready Python value (None for missing)."""
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if v != v else float(v)
+    return v
+
+
+def _objects(table: np.ndarray, codes: np.ndarray) -> list:
+    """table[codes] as a list, None where the code is -1."""
+    if len(table) == 0:
+        return [None] * len(codes)
+    v = table[np.maximum(codes, 0)].astype(object)
+    v[codes < 0] = None
+    return v.tolist()
+
+
+def _ints(values: np.ndarray) -> list:
+    """Python ints, None where negative (the NA fill)."""
+    v = np.asarray(values, np.int64).astype(object)
+    v[np.asarray(values) < 0] = None
+    return v.tolist()
+
+
+def _missing_column(a: dict, b: dict) -> list:
+    """missing_words for every finding; describe_op runs once per distinct operation shape."""
+    memo_op, memo_fix = {}, {}
+
+    def op(s, i):
+        k = (s["backend"][i], s["kind"][i], s["split"][i], s["thread"][i])
+        if k not in memo_op:
+            memo_op[k] = describe_op(dict(zip(("backend", "kind", "split", "thread"), k)))
+        return memo_op[k]
+
+    out = []
+    for i in range(len(a["kind"])):
+        k = (a["queue"][i], b["queue"][i], a["backend"][i], b["backend"][i], a["thread"][i],
+             b["thread"][i])
+        if k not in memo_fix:
+            memo_fix[k] = _fix_words(*k)
+        out.append(_head_words(op(a, i), op(b, i), a["graph"][i], b["graph"][i],
+                               a["mode"][i], b["mode"][i], a["tensor"][i], b["tensor"][i])
+                   + "; " + memo_fix[k])
+    return out
 
 
 def _expand(lo: np.ndarray, cnt: np.ndarray):
@@ -591,64 +669,72 @@ def describe_op(s: dict) -> str:
     return txt
 
 
-def missing_words(a: dict, b: dict) -> str:
-    """Which ordering is missing between the earlier operation a and the later b, in words."""
-    def what(s: dict, prep: str) -> str:
-        verb = "writes" if s["mode"] == "write" else "reads"
-        name = s["tensor"] or "host memory"
-        return f"{verb} {name}"
+def _head_words(op_a, op_b, graph_a, graph_b, mode_a, mode_b, tensor_a, tensor_b) -> str:
+    ga = f"graph {graph_a}, " if graph_a is not None else ""
+    gb = f" (graph {graph_b})" if graph_b is not None else ""
+    what_a = f"{'writes' if mode_a == 'write' else 'reads'} {tensor_a or 'host memory'}"
+    what_b = f"{'writes' if mode_b == 'write' else 'reads'} {tensor_b or 'host memory'}"
+    return (f"nothing orders {op_a} ({ga}{what_a}) before {op_b}{gb} {what_b} "
+            f"{'over' if mode_b == 'write' else 'from'} the same bytes")
 
-    ga = f"graph {a['graph']}, " if a["graph"] is not None else ""
-    gb = f" (graph {b['graph']})" if b["graph"] is not None else ""
-    head = (f"nothing orders {describe_op(a)} ({ga}{what(a, '')}) before {describe_op(b)}{gb} "
-            f"{what(b, '')} {'over' if b['mode'] == 'write' else 'from'} the same bytes")
-    qa, qb = a["queue"], b["queue"]
-    A, B = a["backend"], b["backend"]
-    if qa and not qb:
-        fix = f"an event_synchronize or synchronize on {A} between them would"
-    elif qa and qb:
-        fix = (f"an event_record on {A} after the first and an event_wait on {B} before the "
-               f"second, or a synchronize on {A} between them, would")
-    elif a["thread"] != b["thread"]:
-        fix = (f"they run on threads {a['thread']} and {b['thread']} with no traced "
-               f"synchronization between them (thread joins and locks are not traced)")
-    else:  # a host operation before work queued later by another thread
-        fix = f"a synchronization between thread {a['thread']} and the queue of {B} would"
-    return f"{head}; {fix}"
+
+def _fix_words(queue_a, queue_b, backend_a, backend_b, thread_a, thread_b) -> str:
+    if queue_a and not queue_b:
+        return f"an event_synchronize or synchronize on {backend_a} between them would"
+    if queue_a and queue_b:
+        return (f"an event_record on {backend_a} after the first and an event_wait on "
+                f"{backend_b} before the second, or a synchronize on {backend_a} between "
+                "them, would")
+    if thread_a != thread_b:
+        return (f"they run on threads {thread_a} and {thread_b} with no traced synchronization "
+                "between them (thread joins and locks are not traced)")
+    return f"a synchronization between thread {thread_a} and the queue of {backend_b} would"
+
+
+def missing_words(a: dict, b: dict) -> str:
+    """Which ordering is missing between the earlier operation a and the later b, in words.
+    a and b: dicts with backend, kind, split, thread, graph, mode, tensor and queue (whether the
+    operation ran on an async backend's queue)."""
+    return (_head_words(describe_op(a), describe_op(b), a["graph"], b["graph"], a["mode"],
+                        b["mode"], a["tensor"], b["tensor"])
+            + "; " + _fix_words(a["queue"], b["queue"], a["backend"], b["backend"],
+                                a["thread"], b["thread"]))
 
 
 def format_report(report: RaceReport, path: str = "") -> str:
     """The human-readable listing used by `ggml-trace races`."""
-    f = report.findings
+    doc = report.to_json()
+    found = doc["races"]
     head = f"{path}: " if path else ""
-    if len(f) == 0:
+    if not found:
         return (f"{head}no races among {report.operations} operations and "
                 f"{report.accesses} accesses")
-    n_man = int(f["manifested"].sum())
-    lines = [f"{head}{len(f)} race{'s' if len(f) != 1 else ''} ({n_man} manifested, "
-             f"{len(f) - n_man} latent) among {report.operations} operations and "
+    n_man = sum(r["manifested"] for r in found)
+    lines = [f"{head}{len(found)} race{'s' if len(found) != 1 else ''} ({n_man} manifested, "
+             f"{len(found) - n_man} latent) among {report.operations} operations and "
              f"{report.accesses} accesses"]
-    for i, r in enumerate(f.to_dict("records"), 1):
+    for i, r in enumerate(found, 1):
         if r["manifested"]:
             timing = "MANIFESTED (the executions overlapped)"
+            if r["margin_us"] is not None:
+                timing += f"; latent elsewhere, margin {r['margin_us']:.1f} us"
         else:
             timing = f"latent, margin {r['margin_us']:.1f} us"
         if r["inverted"]:
-            timing += "; INVERTED (the later operation ran first)"
-        graphs = (f"graph {r['first_graph']}" if r["first_graph"] == r["last_graph"]
-                  else f"graphs {r['first_graph']}..{r['last_graph']}")
+            timing += "; INVERTED (the later operation ran entirely before the earlier one)"
+        first, last = r["first"]["graph"], r["last"]["graph"]
+        graphs = f"graph {first}" if first == last else f"graphs {first}..{last}"
         lines.append(f"[{i}] {r['class']}  x{r['count']} ({graphs})  {timing}")
         for s in "ab":
-            d = {k: r[f"{s}_{k}"] for k in ("backend", "kind", "split", "thread")}
+            d = r[s]
             lines.append(
-                f"    {s}: {describe_op(d)} graph {r[f'{s}_graph']} {r[f'{s}_mode']}s "
-                f"{r[f'{s}_tensor']} (node {r[f'{s}_node']}) "
-                f"[{r[f'{s}_t_begin_us']:.1f}, {r[f'{s}_t_end_us']:.1f}] us"
-                f"{' on the device' if r[f'{s}_device'] else ''}")
-        lines.append(f"    bytes [{r['range_start']}, {r['range_end']}) of buffer {r['buffer']}"
-                     f" ({r['buffer_type']}, generation {r['generation']})")
+                f"    {s}: {describe_op(d)}, graph {d['graph']}, {d['mode']}s {d['tensor']} "
+                f"(node {d['node']}) [{d['t_begin_us']:.1f}, {d['t_end_us']:.1f}] us"
+                f"{' on the device' if d['device'] else ''}")
+        lines.append(f"    bytes [{r['range'][0]}, {r['range'][1]}) of buffer {r['buffer']} "
+                     f"({r['buffer_type']}, generation {r['generation']})")
         lines.append(f"    {r['missing']}")
     if report.truncated:
-        lines.append(f"note: {report.truncated} unsynchronized windows were too long and only "
-                     "their most recent accesses were compared")
+        lines.append(f"note: {report.truncated} windows of unordered accesses were too long; only "
+                     "their most recent accesses were compared (see docs/races.md)")
     return "\n".join(lines)

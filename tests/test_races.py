@@ -7,6 +7,7 @@ while nothing orders it after A's work.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -471,3 +472,34 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("ggml-trace races:") and "\n" not in err
     assert cli(["races", str(tmp_path / "missing.trace")]) == 2
+
+
+def test_a_buffer_without_records_is_one_lifetime(tmp_path):
+    b = TraceBuilder()
+    b.backend(A, "VDEV0", has_async=True)
+    b.backend(CPU, "CPU")
+    split(b, A, 0, 0, 0, [("read", 0xF000, 0, 256, "x")])
+    split(b, CPU, 100 * US, 0, 1, [("write", 0xF000, 128, 256, "y")])
+    (f,) = findings(analyse(tmp_path, b))
+    assert f["buffer"] == hex(0xF000) and f["generation"] is None and f["range"] == [128, 256]
+
+
+# -- real traces, when `ggml-trace scenario` has left some -------------------------------------
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "build" / "scenarios"
+
+
+@pytest.mark.parametrize("build, expected", [("b10524", 1), ("b10531", 0)])
+def test_inputless_reuse_scenario_traces(build, expected):
+    traces = sorted((SCENARIOS / f"inputless-reuse-{build}").glob("run-*.ggmltrace"))[:3]
+    if not traces:
+        pytest.skip("no inputless-reuse traces: run `ggml-trace scenario inputless-reuse`")
+    for p in traces:
+        fs = findings(races(load(p)))
+        assert len(fs) == expected, p
+        for f in fs:  # the #23321 race: VDEV0's queued copy of h, then the CPU writes z over it
+            assert f["class"] == "read-after-reuse"
+            assert (f["a"]["backend"], f["a"]["kind"], f["a"]["tensor"]) == (
+                "VDEV0", "cpy_tensor_async", "h")
+            assert (f["b"]["backend"], f["b"]["kind"], f["b"]["tensor"]) == (
+                "CPU", "graph_compute", "z")

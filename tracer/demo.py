@@ -1,41 +1,75 @@
-"""`make demo`: trace a real multi-backend llama.cpp run and summarise it.
+"""`make demo`: the tool's main job on its embedded default.
 
-The run: ggml-rpc-server on loopback and llama-completion offloading every layer to it, with the
-KV cache kept on the CPU (-nkvo), so each graph alternates between CPU and RPC0 splits, fed by
-copies. Both processes are traced.
+1. The race of ggml issue #23321, reproduced on virtual async devices: the `inputless-reuse`
+   scenario on llama.cpp b10524 (before the fix) and b10531 (after it), with the race verdicts and
+   each run's timeline and bug-report page.
+2. A real multi-backend llama.cpp run: ggml-rpc-server on loopback and llama-completion offloading
+   every layer to it with the KV cache on the CPU (-nkvo), both traced, summarised.
 """
-import json
 import sys
 from pathlib import Path
 
-from analysis import load
+import analysis
 from .hooks import build_root
 from .programs import hooks, program, rpc_server, tiny_model
 from .record import record
+from . import scenario
 
-BUILD = "b10531"
+RUNS = 20
+
+
+def race_demo(out_dir: Path):
+    for build in ("b10524", "b10531"):
+        r = scenario.run("inputless-reuse", build=build, runs=RUNS, out_dir=out_dir / f"inputless-reuse-{build}")
+        print(f"\n== inputless-reuse on {build}: {r.corrupt_runs} of {r.runs} runs corrupt "
+              f"(virtual device latency {r.latency_us:g} us)")
+        shown = r.corrupt[0] if r.corrupt else 0
+        trace_path = Path(r.traces[shown])
+        trace = analysis.load(trace_path)
+        found = analysis.races(trace)
+        report = found.to_json()
+        print(f"   race analysis of run {shown} ({'corrupt' if r.corrupt else 'correct'}): "
+              f"{len(report['races'])} race(s)")
+        for race in report["races"]:
+            verdict = "MANIFESTED" if race["manifested"] else f"latent, margin {race['margin_us']:.0f} us"
+            print(f"   - {race['class']} ({verdict}): {race['missing']}")
+        html = trace_path.with_suffix(".timeline.html")
+        page = trace_path.with_suffix(".report.html")
+        analysis.timeline(trace, races=report).write_html(str(html), include_plotlyjs=True)
+        analysis.write_report(trace, str(page))
+        print(f"   timeline: {html}\n   report:   {page}")
+
+
+def rpc_demo(out_dir: Path) -> int:
+    build = "b10531"
+    client_trace = out_dir / "llama-completion.ggmltrace"
+    server_trace = out_dir / "rpc-server.ggmltrace"
+    with rpc_server(build, trace=server_trace) as endpoint:
+        cmd = [str(program(build, "llama-completion")), "-m", str(tiny_model()), "--rpc", endpoint,
+               "-ngl", "99", "-nkvo", "-n", "16", "-p", "the of and", "--temp", "0", "--seed", "1", "-no-cnv"]
+        print("\n== a real CPU + RPC run\n$ ggml-trace record -o", client_trace, "--", " ".join(cmd), flush=True)
+        with open(out_dir / "llama.log", "w") as log:
+            rec = record(cmd, hooks(build), client_trace, stdout=log, stderr=log)
+    if rec.returncode != 0 or not rec.traces:
+        print(f"demo: llama-completion failed ({rec.describe_exit()}); see {out_dir / 'llama.log'}", file=sys.stderr)
+        return 1
+    for path in (client_trace, server_trace):
+        trace = analysis.load(path)
+        s = trace.summary()
+        print(f"\n{path}: {s['graphs']} scheduler graph computes, {len(trace.calls)} calls, "
+              f"{len(trace.accesses)} byte ranges")
+        print(f"   {'backend':<24} {'splits':>6} {'copies in':>9} {'bytes in':>10} {'syncs':>6}")
+        for b in s["backends"]:
+            print(f"   {b['name']:<24} {b['splits']:>6} {b['copies_in']:>9} {b['bytes_in']:>10} {b['syncs']:>6}")
+        print(f"   races: {len(analysis.races(trace).to_json()['races'])}")
+    return 0
 
 
 def main(out_dir: Path = None) -> int:
     out_dir = Path(out_dir or build_root() / "demo")
     out_dir.mkdir(parents=True, exist_ok=True)
-    client_trace = out_dir / "llama-completion.ggmltrace"
-    server_trace = out_dir / "rpc-server.ggmltrace"
-    with rpc_server(BUILD, trace=server_trace) as endpoint:
-        cmd = [str(program(BUILD, "llama-completion")), "-m", str(tiny_model()), "--rpc", endpoint,
-               "-ngl", "99", "-nkvo", "-n", "16", "-p", "the of and", "--temp", "0", "--seed", "1", "-no-cnv"]
-        print("$ ggml-trace record -o", client_trace, "--", " ".join(cmd), flush=True)
-        rec = record(cmd, hooks(BUILD), client_trace, stdout=sys.stdout, stderr=open(out_dir / "llama.log", "w"))
-    if rec.returncode != 0 or not rec.traces:
-        print(f"demo: llama-completion failed ({rec.describe_exit()}); see {out_dir / 'llama.log'}", file=sys.stderr)
-        return 1
-    print()
-    for path in (client_trace, server_trace):
-        trace = load(path)
-        s = trace.summary()
-        print(f"{path}: {s['graphs']} graph computes, {len(trace.calls)} calls, {len(trace.accesses)} byte ranges")
-        print(json.dumps(s["backends"], indent=1))
-    return 0
+    race_demo(out_dir)
+    return rpc_demo(out_dir)
 
 
 if __name__ == "__main__":
