@@ -4,7 +4,8 @@ The ordering model, in short:
 
 * every host thread is one program order (calls by `t_begin`);
 * every async backend (`has_async` or `has_events`) is one FIFO queue: the work of
-  graph_compute, cpy_tensor_async (queued on the destination), the async set/get calls,
+  graph_compute, cpy_tensor_async (on the destination from host memory, on the source from
+  another async backend, with the destination waiting for it), the async set/get calls,
   event_record and event_wait is a queue position, and runs after the host state at its enqueue;
 * synchronize(B), event_synchronize(e), event_wait(C, e) and the implicit source dependency of
   cpy_tensor_async add the remaining happens-before edges; everything else (CPU, RPC, buffer
@@ -257,7 +258,14 @@ class _Analysis:
         self.thread_ids, tcomp = np.unique(self.c_thread, return_inverse=True)
         nt = len(self.thread_ids)
         eo = np.flatnonzero(enq)  # enqueued calls, in ordinal order
-        qb, qcomp = np.unique(self.c_backend[eo], return_inverse=True)
+        # (7) A copy from another async backend runs on the *source* queue (CUDA: the peer copy is
+        # issued on the source stream, and the destination stream waits on an event after it).
+        # A copy from a synchronous backend (host memory) runs on the destination queue.
+        queue_backend = self.c_backend.copy()
+        cross = kind_is(["cpy_tensor_async"]) & enq & (self.c_backend2 >= 0)
+        cross &= is_async[np.maximum(self.c_backend2, 0)] & (self.c_backend2 != self.c_backend)
+        queue_backend[cross] = self.c_backend2[cross]
+        qb, qcomp = np.unique(queue_backend[eo], return_inverse=True)
         self.queue_names = [str(self.backend_names[b]) for b in qb.tolist()]
         self.queue_of_backend = np.full(len(cats) + 1, -1, np.int64)
         self.queue_of_backend[qb] = nt + np.arange(len(qb))
@@ -288,6 +296,17 @@ class _Analysis:
         q_comp = comp[n:]
         q_ord = eo
 
+        by_queue = np.lexsort((q_ord, q_comp))
+        q_key = q_comp[by_queue] * (n + 1) + q_ord[by_queue]
+
+        def first_queue_op_after(qc: np.ndarray, after: np.ndarray) -> np.ndarray:
+            """Queue event of component qc enqueued first after ordinal `after` (-1: none)."""
+            pos = np.searchsorted(q_key, np.maximum(qc, 0) * (n + 1) + after, side="right")
+            ok = (qc >= 0) & (pos < len(q_key))
+            pos = np.minimum(pos, max(len(q_key) - 1, 0))
+            ok &= (q_comp[by_queue][pos] == qc) if len(q_key) else False
+            return np.where(ok, q_ev[by_queue][pos] if len(q_key) else -1, -1)
+
         def last_queue_op(qc: np.ndarray, before: np.ndarray) -> np.ndarray:
             """Queue event of component qc enqueued last before ordinal `before` (-1: none)."""
             j = _last_before(q_comp, q_ord, np.maximum(qc, 0), before)
@@ -297,10 +316,9 @@ class _Analysis:
         s = np.flatnonzero(kind_is(["synchronize"]))
         src = last_queue_op(self.queue_of_backend[self.c_backend[s]], s)
         edges.append((src, self.host_ev[s]))
-        # (7) cpy_tensor_async from an async source S: after S's queue so far.
-        cp = eo[kind_is(["cpy_tensor_async"])[eo]]
-        src = last_queue_op(self.queue_of_backend[self.c_backend2[cp]], cp)
-        edges.append((src, queue_ev[cp]))
+        # (7) ... and the destination queue's later work waits for that copy.
+        cp = np.flatnonzero(cross)
+        edges.append((queue_ev[cp], first_queue_op_after(self.queue_of_backend[self.c_backend[cp]], cp)))
         # (4), (5) events: the latest record of the handle before the wait / synchronize.
         rec = np.flatnonzero(kind_is(["event_record"]))
         handles, h_rec = np.unique(self.c_obj[rec], return_inverse=True)
@@ -314,7 +332,7 @@ class _Analysis:
         edges.append((last_record(w), self.work_ev[w]))  # a queue position on an async C
         es = np.flatnonzero(kind_is(["event_synchronize"]))
         edges.append((last_record(es), self.host_ev[es]))
-        self.edges = [(a[a >= 0], b[a >= 0]) for a, b in edges]
+        self.edges = [(a[(a >= 0) & (b >= 0)], b[(a >= 0) & (b >= 0)]) for a, b in edges]
 
     # ---------------------------------------------------------------------------------------
     def clocks(self) -> None:
@@ -331,7 +349,8 @@ class _Analysis:
                 before = C.copy()
                 for src, dst in self.edges:
                     if len(src):
-                        C[dst] = np.maximum(C[dst], C[src])
+                        # .at: several edges may share a destination (copies a queue waits for)
+                        np.maximum.at(C, dst, C[src])
                 C += off
                 np.maximum.accumulate(C, axis=0, out=C)
                 C -= off
@@ -467,8 +486,11 @@ class _Analysis:
         both_w = self.a_write[pa] & self.a_write[pb]
         cls = np.where(~same, 0, np.where(both_w, 1, 2))
         gap = np.maximum(ex_b[oa], ex_b[ob]) - np.minimum(ex_e[oa], ex_e[ob])
-        manifested = gap < 0
-        inverted = ~manifested & (ex_e[ob] <= ex_b[oa])
+        # Manifested: the executions overlapped, or ran in the opposite order to the program's
+        # (the later operation finished before the earlier one started: the bytes were
+        # overwritten before they were read, as in a corrupt run).
+        inverted = (gap >= 0) & (ex_e[ob] <= ex_b[oa])
+        manifested = (gap < 0) | inverted
         graph = np.where(self.c_graph[ob] >= 0, self.c_graph[ob], self.c_graph[oa])
         cols = {"cls": cls, "acc_a": pa, "acc_b": pb, "ord_a": oa, "ord_b": ob,
                 "manifested": manifested, "inverted": inverted,

@@ -200,6 +200,19 @@ def test_async_copy_waits_for_its_source_queue(tmp_path):
     assert (f["a"]["kind"], f["b"]["kind"]) == ("graph_compute", "cpy_tensor_async")
 
 
+def test_a_device_to_device_copy_runs_on_the_source_queue(tmp_path):
+    """Rule 7: A's later work that overwrites the copied bytes is ordered after the copy, because
+    the copy runs in A's queue order; B's split after the copy waits for it."""
+    b = builder()
+    split(b, A, 0, 0, 0, [("write", DBUF, 0, 256, "t")])
+    cp = b.call("cpy_tensor_async", 20 * US, 21 * US, backend=B, backend2=A, sched=0, graph=0, split=1, arg=256)
+    b.access(cp, "read", DBUF, 0, 256, tensor="t")
+    b.access(cp, "write", DBUF, 0x1000, 256, tensor="VDEV1#t#0")
+    split(b, B, 30 * US, 0, 1, [("read", DBUF, 0x1000, 256, "VDEV1#t#0")])
+    split(b, A, 40 * US, 0, 2, [("write", DBUF, 0, 256, "u")])  # reuses t's bytes on A
+    assert findings(analyse(tmp_path, b)) == []
+
+
 def test_a_declined_copy_queues_nothing(tmp_path):
     """A cpy_tensor_async without accesses was declined: it adds no ordering of its own."""
     b = builder()
@@ -346,12 +359,13 @@ def test_latent_with_margin(tmp_path):
     assert f["margin_us"] == pytest.approx(300.0)
 
 
-def test_inverted_is_latent_and_flagged(tmp_path):
+def test_inverted_order_is_manifested_and_flagged(tmp_path):
+    """The device read ran 300 us after the CPU split overwrote the bytes: that is a corruption."""
     b = builder()
-    reuse_graph(b, 0, 0, device=(900 * US, 950 * US))  # A ran 300 us after the CPU split
+    reuse_graph(b, 0, 0, device=(900 * US, 950 * US))
     (f,) = findings(analyse(tmp_path, b))
-    assert f["manifested"] is False and f["inverted"] is True
-    assert f["margin_us"] == pytest.approx(300.0)
+    assert f["manifested"] is True and f["inverted"] is True
+    assert f["margin_us"] is None
 
 
 def test_findings_order_and_aggregates(tmp_path):

@@ -1,0 +1,248 @@
+"""Export a loaded trace for other tools: Chrome trace-event JSON (Perfetto UI, chrome://tracing)
+and Parquet (one file per DataFrame). See docs/timeline.md.
+
+Perfetto JSON layout: the traced process is one process with a track per host thread; each
+backend is a process of its own ("VDEV0 · …") with an execution track and one copies track per
+direction, the same rows as `analysis.timeline`. Intervals are complete events ("X"); where
+intervals on one track overlap without nesting (complete events must nest), they become async
+slices ("b"/"e"). Flow arrows ("s"/"f", bp "e") link each submission to its device execution
+and each event record to its waits.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .timeline import ROW_COPIES, ROW_EXEC, ROW_THREAD, _bar_labels, _Model, _Tables
+
+BACKEND_PID_BASE = 1_000_000_000  # backend "processes": far from any real pid
+FRAMES = ["threads", "backends", "buffers", "calls", "splits", "copies", "sync", "accesses",
+          "allocations", "marks", "device"]
+
+
+def _ts(ns) -> np.ndarray:
+    """ns -> µs for the JSON. +0.1 ns keeps every reader on the right nanosecond whether it
+    truncates or rounds µs * 1000 (printed with 4 decimals)."""
+    return (np.asarray(ns, np.float64) + 0.1) / 1000.0
+
+
+def _prev_active(track: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """For intervals sorted by (track, begin, -end): the nearest earlier interval of the same
+    track still open at my begin (end > my begin), or -1. Binary lifting over a sparse table
+    of running maxima of the ends: O(n log n), whole-array steps."""
+    n = len(b)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    first = np.r_[0, np.flatnonzero(track[1:] != track[:-1]) + 1]
+    start = np.repeat(first, np.diff(np.r_[first, n]))
+    levels = [e]
+    while (1 << len(levels)) <= n:
+        prev, h = levels[-1], 1 << (len(levels) - 1)
+        nxt = prev.copy()
+        nxt[: n - h] = np.maximum(prev[: n - h], prev[h:])
+        levels.append(nxt)
+    pos = np.arange(n)
+    for lv in range(len(levels) - 1, -1, -1):
+        step = 1 << lv
+        cand = pos - step
+        ok = cand >= start
+        okc = np.where(ok, cand, 0)
+        ok &= levels[lv][okc] <= b  # that whole block ended before my begin: skip it
+        pos = np.where(ok, cand, pos)
+    j = pos - 1
+    found = (j >= start) & (e[np.maximum(j, 0)] > b)
+    return np.where(found, j, -1)
+
+
+def nesting(track: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """True for the intervals that can be complete events: those left after dropping, one
+    round at a time, every interval that partially overlaps its nearest open predecessor on
+    its track. What is left nests properly on every track."""
+    n = len(b)
+    ok = np.ones(n, bool)
+    if n == 0:
+        return ok
+    order = np.lexsort((-e, b, track))
+    idx = order
+    while True:
+        t_, b_, e_ = track[idx], b[idx], e[idx]
+        j = _prev_active(t_, b_, e_)
+        bad = (j >= 0) & (e_[np.maximum(j, 0)] < e_)
+        if not bad.any():
+            return ok
+        ok[idx[bad]] = False
+        idx = idx[~bad]
+
+
+def _records(df: pd.DataFrame) -> list[str]:
+    """One JSON object per row (pandas' C serializer), with µs times at 4 decimals."""
+    if len(df) == 0:
+        return []
+    text = df.to_json(orient="records", lines=True, double_precision=4, force_ascii=False)
+    return text.rstrip("\n").split("\n")
+
+
+def _args(model: _Model, tb: _Tables, iv: pd.DataFrame) -> list[dict]:
+    """Per-interval args for the Perfetto details panel (plain strings, not HTML)."""
+    def pick(table, codes):
+        arr = np.array(list(table) + [None], dtype=object)
+        c = np.asarray(codes, np.int64)
+        return arr[np.where((c >= 0) & (c < len(table)), c, len(table))]
+
+    buf = lambda col: np.where(iv[col].to_numpy() >= 0, np.searchsorted(  # noqa: E731
+        tb.buf_ptrs, iv[col].to_numpy()), -1) if len(tb.buf_ptrs) else np.full(len(iv), -1)
+    tpos = (np.where(iv["thread"] >= 0, np.searchsorted(tb.thread_ids, iv["thread"].to_numpy()),
+                     -1) if tb.thread_ids else np.full(len(iv), -1))
+    is_copy = (iv["rtype"].to_numpy() == ROW_COPIES) | (iv["src_t"].to_numpy() >= 0) | (
+        iv["dst_t"].to_numpy() >= 0) | (iv["src_buf"].to_numpy() >= 0)
+    a = pd.DataFrame({
+        "kind": pick(tb.kinds, iv["kind"]),
+        "backend": pick(tb.backends, iv["backend"]),
+        "graph": iv["graph"].where(iv["graph"] >= 0).astype("Int64").astype(object),
+        "split": iv["split"].where(iv["split"] >= 0).astype("Int64").astype(object),
+        "arg": iv["arg"].astype(np.int64).astype(object),
+        "thread": pick(tb.threads, tpos),
+        "call_id": iv["call_id"].astype(np.uint64).map(lambda x: f"0x{int(x):x}"),
+        "on_device": iv["device"].astype(bool),
+        "src_tensor": np.where(is_copy, pick(tb.tensors, iv["src_t"]), None),
+        "dst_tensor": np.where(is_copy, pick(tb.tensors, iv["dst_t"]), None),
+        "src_buffer": np.where(is_copy, pick(tb.buffers, buf("src_buf")), None),
+        "dst_buffer": np.where(is_copy, pick(tb.buffers, buf("dst_buf")), None),
+        "src_offset": np.where(is_copy & (iv["src_off"] >= 0), iv["src_off"].astype(np.int64)
+                               .astype(object), None),
+        "dst_offset": np.where(is_copy & (iv["dst_off"] >= 0), iv["dst_off"].astype(np.int64)
+                               .astype(object), None),
+        "event": np.where(iv["event"] >= 0, iv["event"].astype(np.int64).map(
+            lambda x: f"0x{int(x):x}"), None),
+        "name": pick(tb.marks, iv["mark"]),
+    })
+    a = a.astype(object).where(a.notna(), None)
+    recs = a.to_dict("records")
+    return [{k: v for k, v in r.items() if v is not None} for r in recs]
+
+
+def perfetto_events(trace) -> dict:
+    """The trace as a Chrome trace-event JSON object ({"traceEvents": [...], ...})."""
+    model = _Model(trace)
+    tb = _Tables(model, [], esc=str)
+    iv = model.iv
+    rows = model.rows
+    pid = int(trace.meta.get("pid") or trace.header.get("pid") or 1)
+    exe = os.path.basename(trace.meta.get("exe", "")) or "process"
+    rtype = iv["rtype"].to_numpy()
+    thread = iv["thread"].to_numpy()
+    group = rows["group"].to_numpy()[iv["row"].to_numpy()]
+    # tracks: host threads by thread index; backend rows by row number
+    th = trace.threads.set_index("thread")["os_tid"]
+    tid_of_thread = {int(t): int(o) if int(o) else 1_000_000 + int(t) for t, o in th.items()}
+    host = rtype == ROW_THREAD
+    ev_pid = np.where(host, pid, BACKEND_PID_BASE + group)
+    row = iv["row"].to_numpy()
+    ev_tid = np.where(host, pd.Series(thread).map(tid_of_thread).fillna(
+        pd.Series(1_000_000 + thread)).to_numpy(np.int64), 1 + row)
+    t0, t1 = iv["t0"].to_numpy(), iv["t1"].to_numpy()
+    track = ev_pid.astype(np.int64) * (1 << 31) + ev_tid
+    ok = nesting(track, t0, t1)
+
+    names = _bar_labels(iv, tb).to_numpy(dtype=object)
+    kinds = np.array(tb.kinds + ["?"], dtype=object)[np.where(iv["kind"] >= 0, iv["kind"], -1)]
+    args = _args(model, tb, iv)
+    base = pd.DataFrame({"name": names, "cat": kinds, "pid": ev_pid, "tid": ev_tid})
+    base["args"] = args
+    x = base[ok].copy()
+    x.insert(1, "ph", "X")
+    x["ts"] = _ts(t0[ok])
+    x["dur"] = _ts(t1[ok] - t0[ok])
+    bad = np.flatnonzero(~ok)
+    ab = base.iloc[bad].copy()
+    ab.insert(1, "ph", "b")
+    ab["id"] = [f"0x{i:x}" for i in range(1, len(bad) + 1)]
+    ab["ts"] = _ts(t0[bad])
+    ae = ab[["name", "cat", "pid", "tid", "id"]].copy()
+    ae.insert(1, "ph", "e")
+    ae["ts"] = _ts(t1[bad])
+
+    # flows: both ends must be complete events (flows bind to thread slices)
+    ar = model.arrows
+    ia, ib = ar["ia"].to_numpy(np.int64), ar["ib"].to_numpy(np.int64)
+    keep = ok[ia] & ok[ib] if len(ar) else np.zeros(0, bool)
+    ia, ib, at = ia[keep], ib[keep], ar["type"].to_numpy()[keep]
+    flow_name = np.array(["submit", "event"], dtype=object)[at.astype(np.int64)]
+    ids = np.arange(1, len(ia) + 1)
+    fs = pd.DataFrame({"name": flow_name, "ph": "s", "cat": "flow", "id": ids,
+                       "pid": ev_pid[ia], "tid": ev_tid[ia],
+                       "ts": _ts((t0[ia] + t1[ia]) // 2)})
+    ff = pd.DataFrame({"name": flow_name, "ph": "f", "bp": "e", "cat": "flow", "id": ids,
+                       "pid": ev_pid[ib], "tid": ev_tid[ib],
+                       "ts": _ts((t0[ib] + t1[ib]) // 2)})
+
+    meta = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+             "args": {"name": f"{exe} (pid {pid})"}},
+            {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+             "args": {"sort_index": 0}}]
+    used_threads = sorted(set(thread[host].tolist()))
+    for i, t in enumerate(used_threads):
+        meta.append({"name": "thread_name", "ph": "M", "pid": pid,
+                     "tid": int(tid_of_thread.get(t, 1_000_000 + t)),
+                     "args": {"name": model.thread_label.get(t, f"T{t}")}})
+        meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid,
+                     "tid": int(tid_of_thread.get(t, 1_000_000 + t)), "args": {"sort_index": i}})
+    for r in range(len(rows)):
+        rt, g = int(rows["rtype"].iat[r]), int(rows["group"].iat[r])
+        if rt not in (ROW_EXEC, ROW_COPIES) or not model.row_counts[r]:
+            continue
+        bpid = BACKEND_PID_BASE + g
+        if not any(m["pid"] == bpid and m["name"] == "process_name" for m in meta):
+            meta.append({"name": "process_name", "ph": "M", "pid": bpid, "tid": 0,
+                         "args": {"name": model.group_info[model.group_names[g]]}})
+            meta.append({"name": "process_sort_index", "ph": "M", "pid": bpid, "tid": 0,
+                         "args": {"sort_index": 1 + g}})
+        meta.append({"name": "thread_name", "ph": "M", "pid": bpid, "tid": 1 + r,
+                     "args": {"name": str(rows["label"].iat[r])}})
+        meta.append({"name": "thread_sort_index", "ph": "M", "pid": bpid, "tid": 1 + r,
+                     "args": {"sort_index": r}})
+    return {"meta": meta, "frames": [x, ab, ae, fs, ff],
+            "counts": {"complete": int(ok.sum()), "async": int(len(bad)), "flows": int(len(ia))},
+            "other": {"t0_realtime_ns": int(trace.header.get("t0_realtime_ns", 0)),
+                      "source": str(trace.path)}}
+
+
+def export_perfetto(trace, path) -> dict:
+    """Write Chrome trace-event JSON for the Perfetto UI to `path`; returns event counts."""
+    ev = perfetto_events(trace)
+    lines = [json.dumps(m, ensure_ascii=False) for m in ev["meta"]]
+    for f in ev["frames"]:
+        lines += _records(f)
+    other = json.dumps({"ggml-trace": ev["other"]}, ensure_ascii=False)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write('{"displayTimeUnit":"ns","otherData":' + other + ',"traceEvents":[\n')
+        out.write(",\n".join(lines))
+        out.write("\n]}\n")
+    return ev["counts"]
+
+
+def export_parquet(trace, directory) -> list[Path]:
+    """One Parquet file per DataFrame of the trace in `directory` (created), plus meta.json
+    (meta, header, warnings, summary). Returns the paths written."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in FRAMES:
+        df = getattr(trace, name, None)
+        if df is None:
+            continue
+        p = d / f"{name}.parquet"
+        df.to_parquet(p, index=False)
+        out.append(p)
+    header = {k: (v.decode("latin-1").rstrip("\0") if isinstance(v, bytes) else v)
+              for k, v in trace.header.items()}
+    p = d / "meta.json"
+    p.write_text(json.dumps({"source": str(trace.path), "meta": trace.meta, "header": header,
+                             "warnings": list(trace.warnings), "summary": trace.summary()},
+                            indent=2, default=str))
+    out.append(p)
+    return out

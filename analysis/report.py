@@ -1,0 +1,199 @@
+"""One self-contained HTML page about a trace, to attach to a bug report: environment, the
+command that produced the trace, summary tables, every race with its evidence and the timeline
+zoomed on the first race (plotly.js embedded: the page works offline).
+
+Every string that comes from the trace (tensor, backend, thread and buffer names, the command
+line, meta values) is HTML-escaped: names come from model files and may be hostile.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import os
+import shlex
+from pathlib import Path
+
+
+from .timeline import _race_json, timeline, timeline_html
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def _table(headers: list[str], rows: list[list], cls: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f'<table class="{_e(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _kv(pairs: list[tuple[str, object]]) -> str:
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in pairs)
+    return f'<table class="kv"><tbody>{body}</tbody></table>'
+
+
+def _argv(trace) -> list[str]:
+    cmd = trace.meta.get("cmdline", "")
+    return [a for a in cmd.split("\0") if a] if cmd else []
+
+
+def _ns(ns) -> str:
+    return f"{float(ns) / 1e3:,.3f} µs"
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
+max-width:1500px}
+h1{font-size:20px} h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:4px;
+margin-top:28px} h3{font-size:15px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+thead th{background:#f3f4f7} table.kv th{background:#f7f7f9;font-weight:600;width:200px}
+pre,code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12.5px}
+pre{background:#f6f8fa;border:1px solid #e3e3e3;padding:8px;white-space:pre-wrap;
+word-break:break-all}
+.race{border-left:4px solid #e41a1c;padding:2px 12px;margin:14px 0;background:#fff8f8}
+.manifested{color:#b00;font-weight:700} .latent{color:#a60} .ok{color:#2a7}
+.muted{color:#777;font-size:12px}
+"""
+
+
+def report_html(trace, races=None, report_command: str | None = None) -> str:
+    """The report page as a string (see write_report)."""
+    meta, header = trace.meta, trace.header
+    race_list = _race_json(trace, races)
+    name = os.path.basename(str(trace.path))
+    argv = _argv(trace)
+    t_end = int(max(trace.calls["t_end"].max() if len(trace.calls) else 0,
+                    trace.device["t_end"].max() if len(trace.device) else 0))
+    try:
+        start = _dt.datetime.fromtimestamp(int(header.get("t0_realtime_ns", 0)) / 1e9,
+                                           _dt.timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        start = ""
+    hooks = header.get("hooks_build", b"")
+    if isinstance(hooks, bytes):
+        hooks = hooks.decode("utf-8", "replace").rstrip("\0")
+    out = [f"<!doctype html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
+           f"<title>ggml-trace report: {_e(name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+           f"<h1>ggml-trace report: <code>{_e(name)}</code></h1>"]
+    n_man = sum(bool(r.get("manifested")) for r in race_list)
+    if race_list:
+        out.append(f'<p class="manifested">{len(race_list)} race'
+                   f'{"s" if len(race_list) != 1 else ""} found ({n_man} manifested, '
+                   f'{len(race_list) - n_man} latent).</p>')
+    else:
+        out.append('<p class="ok">No races found.</p>')
+
+    # environment
+    env = [("ggml version", meta.get("ggml_version", "")),
+           ("ggml commit", meta.get("ggml_commit", "")),
+           ("hooks build", meta.get("hooks_build", hooks)),
+           ("backend API version", meta.get("backend_api_version",
+                                            header.get("backend_api_version", ""))),
+           ("executable", meta.get("exe", "")), ("working directory", meta.get("cwd", "")),
+           ("pid", meta.get("pid", header.get("pid", ""))),
+           ("hostname", meta.get("hostname", "")), ("trace started (UTC)", start),
+           ("trace length", _ns(t_end)), ("trace file", str(trace.path)),
+           ("format version", header.get("version", ""))]
+    known = {"cmdline", "exe", "cwd", "pid", "hostname", "hooks_build", "backend_api_version",
+             "ggml_version", "ggml_commit"}
+    env += [(f"meta: {k}", v) for k, v in meta.items() if k not in known]
+    out.append("<h2>Environment</h2>" + _kv(env))
+    b = trace.backends
+    out.append("<h3>Backends and devices</h3>" + _table(
+        ["index", "name", "device", "description", "type", "async", "events"],
+        [[i, n, d, desc, t, a, ev] for i, n, d, desc, t, a, ev in zip(
+            b["backend"].tolist(), b["name"].astype(object), b["device_name"].astype(object),
+            b["device_description"].astype(object), b["device_type"].astype(object),
+            b["has_async"].tolist(), b["has_events"].tolist())]))
+    th = trace.threads
+    out.append("<h3>Threads</h3>" + _table(
+        ["thread", "os tid", "name"],
+        [[t, o, n] for t, o, n in zip(th["thread"].tolist(), th["os_tid"].tolist(),
+                                      th["name"].astype(object))]))
+
+    # command
+    out.append("<h2>Command</h2><p>The traced program was run as:</p>"
+               f"<pre>{_e(shlex.join(argv)) if argv else '(not recorded)'}</pre>")
+    if argv:
+        out.append("<p>Recorded with:</p><pre>"
+                   + _e(f"ggml-trace record -o {shlex.quote(name)} -- {shlex.join(argv)}")
+                   + "</pre>")
+    if report_command:
+        out.append(f"<p>This report: <code>{_e(report_command)}</code></p>")
+
+    # summary
+    s = trace.summary()
+    out.append(f"<h2>Summary</h2><p>{_e(s['graphs'])} scheduler graph computes, "
+               f"{_e(len(trace.calls))} calls, {_e(len(trace.accesses))} accesses, "
+               f"{_e(len(trace.device))} device-side executions.</p>")
+    cols = ["name", "splits", "copies_in", "bytes_in", "syncs", "event_records", "event_waits",
+            "busy_ns"]
+    out.append(_table(cols, [[be[c] for c in cols] for be in s["backends"]]))
+    kinds = trace.calls["kind"].value_counts()
+    kinds = kinds[kinds > 0]
+    out.append("<h3>Calls by kind</h3>" + _table(["kind", "calls"],
+                                                 [[k, v] for k, v in kinds.items()]))
+    if trace.warnings:
+        out.append("<h3>Loader warnings</h3>" + "".join(f"<pre>{_e(w)}</pre>"
+                                                        for w in trace.warnings))
+
+    # races
+    out.append("<h2>Races</h2>")
+    if not race_list:
+        out.append("<p>No conflicting accesses without an ordering were found.</p>")
+    fields = ["backend", "graph", "split", "kind", "tensor", "node", "thread", "mode",
+              "t_begin_us", "t_end_us", "device", "call_id"]
+    for i, r in enumerate(race_list, 1):
+        manif = bool(r.get("manifested"))
+        timing = ("manifested: the two executions overlapped in time" if manif else
+                  f"latent: {r.get('margin_us')} µs apart, nothing orders them")
+        rng = r.get("range") or [None, None]
+        first, last = r.get("first") or {}, r.get("last") or {}
+        out.append(
+            f'<div class="race" id="race-{i}"><h3>Race {i}: {_e(r.get("class"))} '
+            f'<span class="{"manifested" if manif else "latent"}">{_e(timing)}</span></h3>'
+            + _kv([("occurrences", r.get("count")),
+                   ("inverted (the later operation ran first)", r.get("inverted", "")),
+                   ("buffer", f"{r.get('buffer')} ({r.get('buffer_type', '')}, generation "
+                              f"{r.get('generation', '')})"),
+                   ("byte range", f"[{rng[0]}, {rng[1]})"),
+                   ("first seen", f"graph {first.get('graph')} at {first.get('t_us')} µs"),
+                   ("last seen", f"graph {last.get('graph')} at {last.get('t_us')} µs"),
+                   ("what is missing", r.get("missing", ""))])
+            + _table(["op"] + fields, [[side] + [(r.get(side) or {}).get(f) for f in fields]
+                                       for side in ("a", "b")])
+            + "</div>")
+
+    # timeline
+    if race_list:
+        r = race_list[0]
+        ts = [float((r.get(s) or {}).get(k) or 0) for s in "ab" for k in ("t_begin_us",
+                                                                           "t_end_us")]
+        lo, hi = min(ts), max(ts)
+        pad = max((hi - lo) * 0.4, 20.0)
+        zoom = (max(lo - pad, 0.0), hi + pad)
+        caption = "The timeline, zoomed on race 1 (drag to zoom, double-click to reset)."
+    else:
+        zoom, caption = None, "The timeline of the whole trace (drag to zoom)."
+    fig = timeline(trace, races=race_list, zoom=zoom,
+                   title=_e(f"{name}") + (" — race 1" if race_list else ""))
+    out.append(f"<h2>Timeline</h2><p>{_e(caption)}</p>")
+    out.append(timeline_html(fig, full_html=False, include_plotlyjs=True,
+                             div_id="report-timeline"))
+    out.append(f'<p class="muted">Written by ggml-trace on '
+               f'{_e(_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))}.</p>')
+    out.append("</body>\n</html>\n")
+    return "\n".join(out)
+
+
+def write_report(trace, path, races=None, report_command: str | None = None) -> Path:
+    """Write the report page for `trace` to `path` (races as for analysis.timeline)."""
+    p = Path(path)
+    p.write_text(report_html(trace, races=races, report_command=report_command),
+                 encoding="utf-8")
+    return p
+
+
+__all__ = ["write_report", "report_html"]
