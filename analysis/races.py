@@ -737,13 +737,12 @@ def format_report(report: RaceReport, path: str = "") -> str:
              f"{report.accesses} accesses"]
     for i, r in enumerate(found, 1):
         if r["manifested"]:
-            timing = "MANIFESTED (the executions overlapped)"
+            timing = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r["inverted"]
+                      else "MANIFESTED (the executions overlapped)")
             if r["margin_us"] is not None:
                 timing += f"; latent elsewhere, margin {r['margin_us']:.1f} us"
         else:
             timing = f"latent, margin {r['margin_us']:.1f} us"
-        if r["inverted"]:
-            timing += "; INVERTED (the later operation ran entirely before the earlier one)"
         first, last = r["first"]["graph"], r["last"]["graph"]
         graphs = f"graph {first}" if first == last else f"graphs {first}..{last}"
         lines.append(f"[{i}] {r['class']}  x{r['count']} ({graphs})  {timing}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import shutil
 import socketserver
 import sys
 import tempfile
@@ -138,6 +139,7 @@ def cmd_view(args) -> int:
         pass
     finally:
         httpd.server_close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
