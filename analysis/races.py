@@ -312,8 +312,10 @@ class _Analysis:
             j = _last_before(q_comp, q_ord, np.maximum(qc, 0), before)
             return _at(q_ev, np.where(qc >= 0, j, -1))
 
-        # (6) synchronize(B) on an async backend: the host after B's queue so far.
-        s = np.flatnonzero(kind_is(["synchronize"]))
+        # (6) synchronize(B) on an async backend: the host after B's queue so far. Clearing a
+        # whole buffer of B does the same on the backends that matter (CUDA synchronizes the
+        # device around it, Vulkan waits for its queue).
+        s = np.flatnonzero(kind_is(["synchronize", "buf_clear"]))
         src = last_queue_op(self.queue_of_backend[self.c_backend[s]], s)
         edges.append((src, self.host_ev[s]))
         # (7) ... and the destination queue's later work waits for that copy.

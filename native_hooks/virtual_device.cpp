@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -89,6 +91,7 @@ struct Stream {
     std::condition_variable cv_work, cv_done;
     std::deque<Op *> ops;
     uint64_t enqueued = 0, completed = 0;
+    std::atomic<uint64_t> posted{0};  // = enqueued, readable without the lock
     bool stop = false;
     std::thread worker;
     std::mt19937_64 rng;
@@ -101,6 +104,8 @@ struct VDevice {
     char buft_name[16];
     ggml_backend_device dev;
     ggml_backend_buffer_type buft;
+    std::mutex streams_mutex;
+    std::vector<Stream *> streams;  // of the backends alive on this device
 };
 
 VDevice g_devices[MAX_VDEVS];
@@ -174,8 +179,14 @@ void worker_main(Stream * s) {
     char name[16];
     snprintf(name, sizeof(name), "%s stream", g_devices[s->device].name);
     pthread_setname_np(pthread_self(), name);
+    uint64_t done = 0;  // seq of the last op this worker finished
     for (;;) {
         Op * op;
+        // An idle device picks new work up at once, as a GPU would: spin for a while before
+        // sleeping (a condition-variable wake-up alone costs tens of microseconds).
+        uint64_t spin_until = monotonic_ns() + 200000;
+        while (s->posted.load(std::memory_order_acquire) == done && monotonic_ns() < spin_until) {
+        }
         {
             std::unique_lock<std::mutex> lock(s->m);
             s->cv_work.wait(lock, [&] { return s->stop || !s->ops.empty(); });
@@ -201,6 +212,7 @@ void worker_main(Stream * s) {
             std::lock_guard<std::mutex> lock(s->m);
             s->completed = op->seq;
         }
+        done = op->seq;
         s->cv_done.notify_all();
         delete op;
     }
@@ -211,6 +223,7 @@ uint64_t enqueue(Stream * s, Op * op) {
     std::lock_guard<std::mutex> lock(s->m);
     op->seq = ++s->enqueued;
     s->ops.push_back(op);
+    s->posted.store(op->seq, std::memory_order_release);
     s->cv_work.notify_one();
     return op->seq;
 }
@@ -261,6 +274,11 @@ const char * be_get_name(ggml_backend_t backend) { return g_devices[stream_of(ba
 
 void be_free(ggml_backend_t backend) {
     Stream * s = stream_of(backend);
+    {
+        VDevice & d = g_devices[s->device];
+        std::lock_guard<std::mutex> lock(d.streams_mutex);
+        d.streams.erase(std::find(d.streams.begin(), d.streams.end(), s));
+    }
     {
         std::lock_guard<std::mutex> lock(s->m);
         s->stop = true;
@@ -381,7 +399,18 @@ bool buf_cpy(ggml_backend_buffer_t, const ggml_tensor * src, ggml_tensor * dst) 
     memcpy(dst->data, src->data, g_api.nbytes(src));
     return true;
 }
-void buf_clear(ggml_backend_buffer_t b, uint8_t v) { memset(((BufferCtx *) b->context)->data, v, b->size); }
+// Clearing a whole buffer waits for the device first, as CUDA (cudaDeviceSynchronize) and Vulkan
+// do: programs clear caches without synchronizing (llama.cpp clears the KV cache after warm-up).
+void buf_clear(ggml_backend_buffer_t b, uint8_t v) {
+    VDevice & d = *(VDevice *) b->buft->context;
+    {
+        std::lock_guard<std::mutex> lock(d.streams_mutex);
+        for (Stream * s : d.streams) {
+            wait_for(s, tail(s));
+        }
+    }
+    memset(((BufferCtx *) b->context)->data, v, b->size);
+}
 
 const char * buft_get_name(ggml_backend_buffer_type_t buft) { return ((VDevice *) buft->context)->buft_name; }
 
@@ -443,6 +472,9 @@ ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *) {
     ggml_backend_t backend = new ggml_backend{vdev_guid(), iface, dev, s};
     s->backend = backend;
     s->worker = std::thread(worker_main, s);
+    VDevice & d = vdev_of(dev);
+    std::lock_guard<std::mutex> lock(d.streams_mutex);
+    d.streams.push_back(s);
     return backend;
 }
 

@@ -1,0 +1,60 @@
+"""The race analysis on traces of real programs and real ggml builds."""
+import os
+
+import pytest
+
+import analysis
+from analysis import load
+from conftest import completion_cmd, ggml_trace
+from tracer import programs, scenario
+
+
+def races_of(path):
+    return analysis.races(load(path)).to_json()["races"]
+
+
+def test_the_23321_race_is_found_in_every_run_before_the_fix():
+    corrupt = scenario.run("inputless-reuse", build="b10524", runs=10)
+    # no injected latency: the output is usually right, the race is there all the same (latent)
+    quiet = scenario.run("inputless-reuse", build="b10524", runs=20, latency_us=0)
+    for r in (corrupt, quiet):
+        for i, path in enumerate(r.traces):
+            (race,) = races_of(path)
+            assert race["class"] == "read-after-reuse"
+            assert {race["a"]["tensor"], race["b"]["tensor"]} == {"h", "z"}
+            assert {race["a"]["backend"], race["b"]["backend"]} == {"VDEV0", "CPU"}
+            if i in r.corrupt:
+                assert race["manifested"]
+            if not race["manifested"]:
+                assert race["margin_us"] > 0
+    assert corrupt.corrupt_runs == 10
+
+
+@pytest.mark.parametrize("build", ["b10531", "b11434"])
+@pytest.mark.parametrize("name", [n for n in scenario.SCENARIOS if n != "random-dag"])
+def test_no_races_after_the_fix(name, build):
+    r = scenario.run(name, build=build, runs=10, jitter_us=2000)
+    for path in r.traces:
+        assert races_of(path) == [], path
+
+
+@pytest.mark.parametrize("build", programs.PINNED)
+def test_no_races_in_real_llama_runs(build, model, tmp_path):
+    runs = {
+        "cpu": ({}, completion_cmd(build, model, n=8)),
+        "vdev-partial-nkvo": ({"GGML_TRACE_VIRTUAL_DEVICES": "1", "GGML_TRACE_VDEV_LATENCY_US": "300"},
+                              completion_cmd(build, model, "-ngl", "2", "-nkvo", n=8)),
+        "vdev-full": ({"GGML_TRACE_VIRTUAL_DEVICES": "1", "GGML_TRACE_VDEV_LATENCY_US": "300"},
+                      completion_cmd(build, model, "-ngl", "99", n=8)),
+    }
+    for name, (extra_env, cmd) in runs.items():
+        out = tmp_path / f"{name}.ggmltrace"
+        r = ggml_trace("record", "-o", out, "--", *cmd, env={**os.environ, **extra_env}, timeout=180)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert races_of(out) == [], name
+    with programs.rpc_server(build) as endpoint:
+        out = tmp_path / "rpc.ggmltrace"
+        r = ggml_trace("record", "-o", out, "--", *completion_cmd(build, model, "--rpc", endpoint, "-ngl", "99",
+                                                                  "-nkvo", n=8), timeout=180)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert races_of(out) == []
