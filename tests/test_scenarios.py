@@ -68,9 +68,8 @@ def test_llama_completion_on_a_virtual_device(build, model, tmp_path):
     # the same command line on both sides; without virtual devices it runs on the CPU alone
     cmd = completion_cmd(build, model, "-fa", "off", "-ngl", "2", "-nkvo", n=16)
     plain = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120)
-    env = {**os.environ, "GGML_TRACE_VIRTUAL_DEVICES": "1", "GGML_TRACE_VDEV_LATENCY_US": "200"}
     out = tmp_path / "vdev.ggmltrace"
-    r = ggml_trace("record", "-o", out, "--", *cmd, env=env, timeout=180)
+    r = ggml_trace("record", "--virtual-devices", 1, "--vdev-latency-us", 200, "-o", out, "--", *cmd, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout == plain.stdout
     t = load(out)

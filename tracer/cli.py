@@ -1,6 +1,7 @@
 """The `ggml-trace` command."""
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +21,14 @@ def cmd_record(args) -> int:
     if not lib.exists():
         print(f"ggml-trace record: no hook library at {lib}", file=sys.stderr)
         return 2
-    rec = record(args.cmd, lib, Path(args.output), paused=args.paused)
+    env = None
+    if args.virtual_devices:
+        env = dict(os.environ, GGML_TRACE_VIRTUAL_DEVICES=str(args.virtual_devices),
+                   GGML_TRACE_VDEV_LATENCY_US=str(args.vdev_latency_us),
+                   GGML_TRACE_VDEV_JITTER_US=str(args.vdev_jitter_us),
+                   GGML_TRACE_VDEV_BANDWIDTH_GBPS=str(args.vdev_bandwidth_gbps),
+                   GGML_TRACE_VDEV_SEED=str(args.vdev_seed))
+    rec = record(args.cmd, lib, Path(args.output), paused=args.paused, env=env)
     if not rec.traces:
         print(f"ggml-trace: {args.cmd[0]} ({rec.describe_exit()}) wrote no trace: it never created a "
               "ggml backend scheduler, or the hooks did not match its ggml (see the message above)",
@@ -109,6 +117,12 @@ def main(argv=None) -> int:
     p.add_argument("--hooks", help="hook library to inject (default: the one built for the program's ggml)")
     p.add_argument("--build", help="use the hooks of a pinned build, e.g. b10531")
     p.add_argument("--paused", action="store_true", help="start paused; the program calls tracer.start()")
+    p.add_argument("--virtual-devices", type=int, default=0, metavar="N",
+                   help="give the program N virtual async devices VDEV0..N-1 (docs/scenarios.md)")
+    p.add_argument("--vdev-latency-us", type=float, default=0.0, help="virtual device latency per operation")
+    p.add_argument("--vdev-jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
+    p.add_argument("--vdev-bandwidth-gbps", type=float, default=0.0, help="virtual device copy bandwidth (0: free)")
+    p.add_argument("--vdev-seed", type=int, default=0, help="jitter seed")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     p.set_defaults(fn=cmd_record)
 
