@@ -8,6 +8,7 @@ set -euo pipefail
 src=$1; libdir=$2; name=${3:-$(basename "$src")}
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=$here/build/hooks-$name
+mkdir -p "$here/build"
 cmake -S "$here" -B "$work" -DGGML_SOURCE_DIR="$(realpath "$src")" -DGGML_TRACE_BUILD_NAME="$name" -DGGML_LIB_DIR="$(realpath "$libdir")" >"$work.configure.log" 2>&1 \
   || { cat "$work.configure.log"; exit 1; }
 cmake --build "$work" -j "${JOBS:-$(nproc)}" >"$work.build.log" 2>&1 || { cat "$work.build.log"; exit 1; }

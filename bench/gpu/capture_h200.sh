@@ -11,12 +11,12 @@ exec > >(tee -a "$log") 2>&1
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
 tar xzf "$sdist" -C /tmp/src --strip-components=1
 t0=$(date +%s)
-cmake -S /tmp/src/llama.cpp -B /tmp/b -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_CUDA=ON \
+[ -x /tmp/b/bin/llama-bench ] || cmake -S /tmp/src/llama.cpp -B /tmp/b -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_RPC=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF \
   -DCMAKE_RUNTIME_OUTPUT_DIRECTORY=/tmp/b/bin -DCMAKE_LIBRARY_OUTPUT_DIRECTORY=/tmp/b/bin > /tmp/cfg.log 2>&1 \
   || { tail -30 /tmp/cfg.log; exit 1; }
-cmake --build /tmp/b -j "$(nproc)" --target llama-simple llama-completion llama-bench > /tmp/build.log 2>&1 \
+[ -x /tmp/b/bin/llama-bench ] || cmake --build /tmp/b -j "$(nproc)" --target llama-simple llama-completion llama-bench > /tmp/build.log 2>&1 \
   || { tail -40 /tmp/build.log; exit 1; }
 scripts/build_hooks.sh /tmp/src/llama.cpp /tmp/b/bin b10531-cuda || exit 1
 echo "build took $(( $(date +%s) - t0 )) s"
