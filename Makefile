@@ -16,7 +16,7 @@ MODEL        := $(BUILD_DIR)/models/tiny-llama.gguf
 HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h) CMakeLists.txt
 
 .PHONY: setup demo test bench clean
-setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(MODEL)
+setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(MODEL) $(BUILD_DIR)/.chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,11 @@ $(BUILD_DIR)/llama-b%/.built: $(BUILD_DIR)/src/llama-b%/.fetched scripts/build_l
 
 $(BUILD_DIR)/llama-b%/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%/.built $(HOOK_SOURCES)
 	scripts/build_hooks.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*/bin b$*
+
+# Headless Chromium for the browser tests of the timeline and report pages (Debian's package).
+$(BUILD_DIR)/.chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	mkdir -p $(BUILD_DIR) && touch $@
 
 $(MODEL): scripts/make_tiny_model.py | $(VENV)/.installed
 	mkdir -p $(dir $@)

@@ -119,6 +119,13 @@ def _args(model: _Model, tb: _Tables, iv: pd.DataFrame) -> list[dict]:
         "event": np.where(iv["event"] >= 0, iv["event"].astype(np.int64).map(
             lambda x: f"0x{int(x):x}"), None),
         "name": pick(tb.marks, iv["mark"]),
+        "reads": np.where(~is_copy & (iv["n_r"] > 0), iv["n_r"].astype(object), None),
+        "writes": np.where(~is_copy & (iv["n_w"] > 0), iv["n_w"].astype(object), None),
+        "bytes_read": np.where(~is_copy & (iv["n_r"] > 0), iv["b_r"].astype(np.int64)
+                               .astype(object), None),
+        "bytes_written": np.where(~is_copy & (iv["n_w"] > 0), iv["b_w"].astype(np.int64)
+                                  .astype(object), None),
+        "last_write": np.where(~is_copy, pick(tb.tensors, iv["last_w"]), None),
     })
     a = a.astype(object).where(a.notna(), None)
     recs = a.to_dict("records")

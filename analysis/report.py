@@ -13,7 +13,6 @@ import os
 import shlex
 from pathlib import Path
 
-
 from .timeline import _race_json, timeline, timeline_html
 
 
@@ -196,4 +195,4 @@ def write_report(trace, path, races=None, report_command: str | None = None) -> 
     return p
 
 
-__all__ = ["write_report", "report_html"]
+__all__ = ["report_html", "write_report"]

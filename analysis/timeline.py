@@ -65,8 +65,9 @@ NONE = -1
 
 
 def esc(s) -> str:
-    """HTML-escape any value for plotly's pseudo-HTML text (labels, ticks, hover)."""
-    return html.escape(str(s), quote=True)
+    """HTML-escape any value for plotly's pseudo-HTML text (labels, ticks, hover). Quotes
+    become numeric references: plotly decodes those but shows &quot; as it is."""
+    return html.escape(str(s), quote=False).replace('"', "&#34;").replace("'", "&#39;")
 
 
 def _codes(series: pd.Series) -> np.ndarray:
@@ -113,7 +114,7 @@ class _Model:
                              trace.device["t_end"].max() if len(trace.device) else 0, 1))
         self.kinds = [str(k) for k in calls["kind"].cat.categories]
         self.backend_names = [str(b) for b in calls["backend"].cat.categories]
-        self.tensors = [str(t) for t in trace.copies["src_tensor"].cat.categories]
+        self.tensors = [str(t) for t in trace.accesses["tensor"].cat.categories]
         self._threads()
         self._backend_groups()
         iv = self._intervals()
@@ -162,7 +163,6 @@ class _Model:
         host = kind != self.kinds.index(DEVICE_KIND) if DEVICE_KIND in self.kinds else np.ones(
             len(calls), bool)
         c = calls[host]
-        n_c = len(c)
         call_thread = c["thread"].to_numpy(np.int64)
         t0, t1 = c["t_begin"].to_numpy(np.int64), c["t_end"].to_numpy(np.int64)
         lane = np.minimum(_depth(call_thread, t0, t1), MAX_LANES - 1)
@@ -185,7 +185,8 @@ class _Model:
         # Copy details, by call_id, for the host calls and the copies rows
         cp = pd.DataFrame({
             "call_id": copies["call_id"].to_numpy(np.uint64),
-            "src_t": _codes(copies["src_tensor"]), "dst_t": _codes(copies["dst_tensor"]),
+            "src_t": self._tensor_codes(copies["src_tensor"]),
+            "dst_t": self._tensor_codes(copies["dst_tensor"]),
             "src_b": _codes(copies["src_backend"]), "dst_b": _codes(copies["dst_backend"]),
             "src_buf": np.asarray(copies["src_buffer"].astype("Float64").fillna(-1), np.float64),
             "dst_buf": np.asarray(copies["dst_buffer"].astype("Float64").fillna(-1), np.float64),
@@ -200,7 +201,11 @@ class _Model:
         marks = calls.loc[host & calls["kind"].isin(["user_mark", "user_range"]).to_numpy()]
         self.mark_names = []
         if len(marks):
-            mn = marks["obj"].map(lambda sid: tr.strings.get(int(sid), "")).astype("category")
+            sids = marks["obj"].to_numpy(np.uint64)
+            uniq = np.unique(sids)  # one lookup per distinct name
+            mn = pd.Series(sids).map(dict(zip(uniq.tolist(), [tr.strings.get(int(x), "")
+                                                             for x in uniq.tolist()])))
+            mn = mn.astype("category")
             self.mark_names = [str(x) for x in mn.cat.categories]
             host_iv = host_iv.merge(pd.DataFrame({"call_id": marks["call_id"].to_numpy(np.uint64),
                                                   "mark": _codes(mn)}), on="call_id", how="left")
@@ -208,6 +213,7 @@ class _Model:
         host_iv = host_iv.merge(pd.DataFrame({"call_id": splits["call_id"].to_numpy(np.uint64),
                                               "inputs": splits["n_inputs"].to_numpy(np.int64)}),
                                 on="call_id", how="left")
+        host_iv = host_iv.merge(self._access_summary(), on="call_id", how="left")
 
         # Device-side intervals: described by their enqueuing call
         dev_iv = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
@@ -230,7 +236,6 @@ class _Model:
             dev_iv["arg"] = dev_iv["arg"].fillna(0)
         dev_iv = dev_iv.rename(columns={"dt0": "t0", "dt1": "t1"})
         dev_iv["device"] = True
-        on_device = set(dev_iv["call_id"].tolist()) if len(dev_iv) < 10**5 else None
         dev_ids = dev_iv["call_id"].to_numpy(np.uint64)
 
         # Backend rows: splits and device work on the execution row, copies per direction
@@ -238,7 +243,6 @@ class _Model:
         gc = self.kinds.index("graph_compute")
         is_copy_h = host_iv["kind"].isin(copy_codes).to_numpy()
         in_dev = np.isin(host_iv["call_id"].to_numpy(np.uint64), dev_ids)
-        del on_device
         sync_exec = host_iv[(host_iv["kind"].to_numpy() == gc) & ~in_dev].copy()
         sync_copy = host_iv[is_copy_h & ~in_dev].copy()
         dev_kind = dev_iv["kind"].to_numpy(np.float64)
@@ -254,17 +258,36 @@ class _Model:
         cps["group"] = self._copy_group(cps)
         out = pd.concat([host_iv, execs, cps], ignore_index=True)
         for col in ("src_t", "dst_t", "src_b", "dst_b", "mark", "inputs", "kind", "backend",
-                    "graph", "split", "thread"):
+                    "graph", "split", "thread", "n_r", "n_w", "last_w"):
             if col not in out:
                 out[col] = NONE
             out[col] = out[col].fillna(NONE).astype(np.int64)
-        for col in ("src_buf", "dst_buf", "src_off", "dst_off", "event"):
+        for col in ("src_buf", "dst_buf", "src_off", "dst_off", "event", "b_r", "b_w"):
             if col not in out:
                 out[col] = -1.0
             out[col] = out[col].fillna(-1).astype(np.float64)
         out["device"] = out["device"].astype(bool)
         out["group"] = out["group"].astype(np.int64)
         return out
+
+    def _tensor_codes(self, col: pd.Series) -> np.ndarray:
+        """Codes of a tensor-name column in the tensor table (the accesses' categories)."""
+        if list(col.cat.categories) != self.tensors:
+            col = col.cat.set_categories(self.tensors)
+        return _codes(col)
+
+    def _access_summary(self) -> pd.DataFrame:
+        """Per call: how many reads and writes, their bytes, and the last tensor written
+        (a split's output), from trace.accesses."""
+        acc = self.trace.accesses
+        w = (acc["mode"] == "write").to_numpy()
+        size = acc["size"].to_numpy(np.float64)
+        a = pd.DataFrame({"call_id": acc["call_id"].to_numpy(np.uint64), "n_r": ~w, "n_w": w,
+                          "b_r": np.where(w, 0.0, size), "b_w": np.where(w, size, 0.0)})
+        out = a.groupby("call_id", sort=False).sum()
+        last = pd.Series(_codes(acc["tensor"])[w], index=a["call_id"].to_numpy()[w])
+        out["last_w"] = last[~last.index.duplicated(keep="last")].reindex(out.index)
+        return out.reset_index()
 
     def _copy_group(self, cps: pd.DataFrame) -> np.ndarray:
         """A copy goes under the backend on the device side of it (like Nsight's memcpy rows):
@@ -303,6 +326,9 @@ class _Model:
             keep &= (iv["t1"].to_numpy() >= lo) & (iv["t0"].to_numpy() <= hi)
         if backends is not None:
             want = _match_backends(backends, self.group_names, self.trace.backends)
+            if len(want) == 0:
+                raise ValueError(f"no backend matches {backends!r} (backends: "
+                                 f"{', '.join(self.group_names) or 'none'})")
             grp = iv["group"].to_numpy()
             b = iv["backend"].to_numpy()
             b_grp = self.backend_group[b]
@@ -621,6 +647,19 @@ def _wrap(s: str, width: int = 100) -> str:
 
 # -- the level-of-detail view ---------------------------------------------------------------------
 
+def _fmt_bytes(b) -> pd.Series:
+    """Bytes as B / KiB / MiB / GiB (like fmtBytes in TIMELINE_JS)."""
+    index = b.index if isinstance(b, pd.Series) else None
+    b = pd.Series(np.asarray(b, np.float64)).clip(lower=0)
+    unit = np.minimum(np.floor(np.log2(np.maximum(b.to_numpy(), 1)) / 10), 3).astype(np.int64)
+    val = b.to_numpy() / (1024.0 ** unit)
+    names = np.array([" B", " KiB", " MiB", " GiB"], dtype=object)
+    num = pd.Series(np.where(unit == 0, np.round(val).astype(np.int64).astype(str),
+                             pd.Series(val).map("{:.1f}".format).to_numpy()), dtype=object)
+    out = num + names[unit]
+    return out if index is None else out.set_axis(index)
+
+
 def _fmt_us(ns: np.ndarray) -> pd.Series:
     return pd.Series(np.asarray(ns, np.float64) / 1e3).map("{:,.3f} µs".format)
 
@@ -680,6 +719,13 @@ def _hover(iv: pd.DataFrame, tb: _Tables) -> pd.Series:
                 + "<br>src " + sb + " [" + so.astype(str) + ", " + (so + nbytes).astype(str) + ")"
                 + "<br>dst " + db + " [" + do.astype(str) + ", " + (do + nbytes).astype(str) + ")")
     extra = extra + pd.Series(np.where(is_copy, copy_txt, ""), index=iv.index)
+    n_r, n_w = iv["n_r"].clip(lower=0), iv["n_w"].clip(lower=0)
+    lw = pick(tb.tensors, iv["last_w"])
+    acc_txt = ("<br>" + n_r.astype(str) + " reads (" + _fmt_bytes(iv["b_r"]) + ") · "
+               + n_w.astype(str) + " writes (" + _fmt_bytes(iv["b_w"]) + ")"
+               + pd.Series(np.where(lw != "", " → " + lw, ""), index=iv.index))
+    extra = extra + pd.Series(np.where(~is_copy & ((n_r + n_w) > 0), acc_txt, ""),
+                              index=iv.index)
     ev = iv["event"]
     extra = extra + pd.Series(np.where(ev >= 0, "<br>event 0x" + ev.astype(np.int64).map(
         "{:x}".format), ""), index=iv.index)
@@ -743,11 +789,13 @@ def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
     hy = row[e_idx][rep]
     ht = hover_txt[rep]
     wide = np.flatnonzero((ce - cb) >= LABEL_MIN_PX * px)[:LABEL_LIMIT]
-    labels = _bar_labels(sub.iloc[wide], tb).to_numpy(dtype=object) if len(wide) else []
+    # labels are drawn by WebGL (above the bars; plain text, no HTML): raw strings
+    raw = getattr(tb, "raw", tb)
+    labels = _bar_labels(sub.iloc[wide], raw).to_numpy(dtype=object) if len(wide) else []
     lx = (cb[wide] + ce[wide]) / 2
     ly = row[e_idx][wide]
-    # clip label text to the bar width (~6.5 px per character)
-    maxc = np.maximum(((ce[wide] - cb[wide]) / px / 6.5).astype(np.int64) - 1, 1)
+    # clip label text to the bar width (~6 px per character)
+    maxc = np.maximum(((ce[wide] - cb[wide]) / px / 6.0).astype(np.int64) - 1, 1)
     labels = [s if len(s) <= m else s[: max(m - 1, 1)] + "…" for s, m in zip(labels, maxc.tolist())]
 
     # aggregated rows
@@ -863,11 +911,15 @@ class TimelineFigure(go.Figure):
     self-contained page whose view is recomputed in the browser on every zoom (offline:
     plotly.js is embedded by default)."""
 
-    def to_html(self, *args, **kwargs) -> str:  # noqa: D401
-        return timeline_html(self, *args, **kwargs)
+    def to_html(self, full_html: bool = True, include_plotlyjs=True, div_id=None,
+                **_ignored) -> str:
+        return timeline_html(self, full_html=full_html, include_plotlyjs=include_plotlyjs,
+                             div_id=div_id)
 
-    def write_html(self, file, *args, **kwargs):
-        text = timeline_html(self, *args, **kwargs)
+    def write_html(self, file, full_html: bool = True, include_plotlyjs=True, div_id=None,
+                   **_ignored):
+        text = timeline_html(self, full_html=full_html, include_plotlyjs=include_plotlyjs,
+                             div_id=div_id)
         if hasattr(file, "write"):
             file.write(text)
         else:
@@ -892,6 +944,7 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
     model = _Model(trace, window=window, graphs=graphs, backends=backends)
     cls, class_names, colors = _classes(model, color_by)
     tb = _Tables(model, class_names)
+    tb.raw = _Tables(model, class_names, esc=str)
     race_list = _race_json(trace, races)
     lo, hi = model.window
     if len(model.iv) and window is None and graphs is None:  # the span with activity
@@ -945,9 +998,11 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
                                marker=dict(size=ROW_PX - 4, opacity=0, color="#000"),
                                meta="hover"))
     lx, ly, lt = v["labels"]
-    traces.append(go.Scatter(x=np.asarray(lx) / 1e9, y=ly, mode="text", text=list(lt),
-                             textfont=dict(size=10, color="#111"), hoverinfo="skip",
-                             showlegend=False, name="", meta="labels"))
+    traces.append(go.Scattergl(x=np.asarray(lx, np.float64) / 1e9,
+                               y=np.asarray(ly, np.float32), mode="text", text=list(lt),
+                               textposition="middle center",
+                               textfont=dict(size=10, color="#111"), hoverinfo="skip",
+                               showlegend=False, name="", meta="labels"))
     shapes, ann, race_trace = _race_layer(model, race_list)
     traces.append(race_trace)
 
@@ -1033,7 +1088,8 @@ def _store(model: _Model, tb: _Tables, cls: np.ndarray, colors, width) -> dict:
         "arg": _col(iv["arg"], "<f8"), "thread": _col(tpos, "<i2"),
         "device": _col(iv["device"], "<u1"), "rtype": _col(iv["rtype"], "<u1"),
     }
-    optional = {"src_t": "<i4", "dst_t": "<i4", "inputs": "<i4", "mark": "<i4"}
+    optional = {"src_t": "<i4", "dst_t": "<i4", "inputs": "<i4", "mark": "<i4",
+                "n_r": "<i4", "n_w": "<i4", "last_w": "<i4"}
     for c, dt in optional.items():
         if (iv[c].to_numpy() >= 0).any():
             cols[c] = _col(iv[c], dt)
@@ -1044,6 +1100,9 @@ def _store(model: _Model, tb: _Tables, cls: np.ndarray, colors, width) -> dict:
         cols["dst_off"] = _col(iv["dst_off"], "<f8")
     if (iv["event"].to_numpy() >= 0).any():
         cols["event"] = _col(iv["event"], "<f8")
+    if "n_r" in cols or "n_w" in cols:
+        cols["b_r"] = _col(iv["b_r"].clip(lower=0), "<f8")
+        cols["b_w"] = _col(iv["b_w"].clip(lower=0), "<f8")
     ar = model.arrows
     return {
         "version": STORE_VERSION, "n": int(n), "rowStart": row_start.tolist(),
@@ -1067,8 +1126,8 @@ def _script_json(obj) -> str:
             .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
-def timeline_html(fig: go.Figure, file=None, full_html: bool = True,
-                  include_plotlyjs=True, div_id: str | None = None, **_ignored) -> str:
+def timeline_html(fig: go.Figure, full_html: bool = True, include_plotlyjs=True,
+                  div_id: str | None = None) -> str:
     """Self-contained HTML of a timeline figure: plotly.js embedded (offline), the interval
     store and the level-of-detail script. Other figures are written as plain plotly HTML."""
     store = getattr(fig, "_ggml_store", None)
@@ -1089,7 +1148,7 @@ def timeline_html(fig: go.Figure, file=None, full_html: bool = True,
     div = pre + body
     if not full_html:
         return div
-    title = esc(os.path.basename(str(fig.layout.meta and "ggml-trace timeline")))
+    title = "ggml-trace timeline"
     return ("<!doctype html>\n<html>\n<head>\n<meta charset=\"utf-8\" />\n"
             f"<title>{title}</title>\n<style>body{{margin:8px;font-family:sans-serif}}</style>\n"
             f"</head>\n<body>\n{div}\n</body>\n</html>\n")
@@ -1116,7 +1175,16 @@ TIMELINE_JS = r"""
   function us(ns) {
     return (ns / 1e3).toLocaleString('en-US', {minimumFractionDigits: 3, maximumFractionDigits: 3}) + ' µs';
   }
+  const ENT = {'&lt;': '<', '&gt;': '>', '&amp;': '&', '&#34;': '"', '&#39;': "'"};
+  function unescape(t) {  // bar labels are WebGL text (no HTML): back to the raw name
+    return t.replace(/&lt;|&gt;|&amp;|&#34;|&#39;/g, function (m) { return ENT[m]; });
+  }
   function num(x) { return Math.round(x).toLocaleString('en-US'); }
+  function fmtBytes(b) {
+    b = Math.max(b, 0);
+    const u = Math.min(Math.floor(Math.log2(Math.max(b, 1)) / 10), 3), v = b / Math.pow(1024, u);
+    return (u ? v.toFixed(1) : String(Math.round(v))) + [' B', ' KiB', ' MiB', ' GiB'][u];
+  }
   async function load(id) {
     const el = document.getElementById(id + '-data');
     const s = JSON.parse(el.textContent);
@@ -1141,6 +1209,12 @@ TIMELINE_JS = r"""
            (dt >= 0 ? s.tensors[dt] : '(host memory)');
       t += '<br>src ' + (sb >= 0 ? s.buffers[sb] : '') + ' [' + so + ', ' + (so + n) + ')';
       t += '<br>dst ' + (db >= 0 ? s.buffers[db] : '') + ' [' + d0 + ', ' + (d0 + n) + ')';
+    }
+    const nr = c.n_r ? c.n_r[i] : 0, nw = c.n_w ? c.n_w[i] : 0;
+    if (!(st >= 0 || dt >= 0 || sb >= 0 || db >= 0) && nr + nw > 0) {
+      const lw = c.last_w ? c.last_w[i] : -1;
+      t += '<br>' + nr + ' reads (' + fmtBytes(c.b_r[i]) + ') · ' + nw + ' writes (' +
+           fmtBytes(c.b_w[i]) + ')' + (lw >= 0 ? ' → ' + s.tensors[lw] : '');
     }
     if (c.event && c.event[i] >= 0) t += '<br>event 0x' + c.event[i].toString(16);
     if (c.mark && c.mark[i] >= 0) t += '<br>' + s.marks[c.mark[i]];
@@ -1187,7 +1261,7 @@ TIMELINE_JS = r"""
           const txt = hoverText(s, i);
           for (let j = 0; j < np; j++) { hx.push((cb + (ce - cb) * (j + 0.5) / np) / 1e9); hy.push(r); ht.push(txt); }
           if (ce - cb >= cfg.labelMinPx * px && lt.length < cfg.labelLimit) {
-            let l = barLabel(s, i); const m = Math.max(Math.floor((ce - cb) / px / 6.5) - 1, 1);
+            let l = unescape(barLabel(s, i)); const m = Math.max(Math.floor((ce - cb) / px / 6.0) - 1, 1);
             if (l.length > m) l = l.slice(0, Math.max(m - 1, 1)) + '…';
             lx.push((cb + ce) / 2e9); ly.push(r); lt.push(l);
           }
@@ -1283,7 +1357,9 @@ TIMELINE_JS = r"""
     if (v.hidden) note.push(num(v.hidden) + ' arrows hidden: zoom in');
     const title = Object.assign({}, gd.layout.title, {
       text: s.title + (note.length ? '<br><sup>' + note.join(' · ') + '</sup>' : '')});
-    Plotly.react(gd, data, Object.assign({}, gd.layout, {title: title}));
+    return Plotly.react(gd, data, Object.assign({}, gd.layout, {title: title})).then(function () {
+      st.lastRedraw = performance.now();
+    });
   }
   window.ggmlTraceTimeline = function (id) {
     const gd = document.getElementById(id);

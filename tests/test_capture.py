@@ -147,8 +147,11 @@ def test_sigkill_keeps_every_completed_event(tmp_path):
     proc.wait(timeout=30)
     t = load(out)
     n = (t.calls["kind"] == "sched_graph_compute").sum()
-    assert n >= seen  # every compute that finished before its line was printed, and maybe one more
-    assert n <= seen + 50
+    # every compute that finished before its line was printed (the program ran on while we read)
+    assert n >= seen
+    # and each of them whole: its split and its read-back; the one in flight may be partial
+    assert n <= len(t.splits) <= n + 1
+    assert n <= (t.copies["kind"] == "buf_get_tensor").sum() <= n + 1
 
 
 def test_hooks_for_another_ggml_refuse_and_run_untraced(model, tmp_path):

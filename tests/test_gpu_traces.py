@@ -33,3 +33,12 @@ def test_one_gpu_partial_offload_without_events():
     assert s["CUDA0"]["splits"] == s["CPU"]["splits"] == 2 * t.summary()["graphs"]
     assert s["CUDA0"]["event_records"] == 0 and s["CUDA0"]["syncs"] > 0  # no events: synchronize
     assert analysis.races(t).to_json()["races"] == []
+
+
+def test_two_gpu_timeline_renders_with_event_arrows():
+    t = analysis.load(DATA / "cuda-b10531-layer-2gpu.ggmltrace")
+    fig = analysis.timeline(t)
+    names = " ".join(str(tr.name) for tr in fig.data)
+    assert "CUDA0" in names and "CUDA1" in names
+    (events,) = [tr for tr in fig.data if tr.meta == "arrows:1"]  # event record -> wait arrows
+    assert len(events.x) // 3 >= t.summary()["graphs"]  # at least one per graph

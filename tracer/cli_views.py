@@ -33,10 +33,17 @@ def cmd_timeline(args) -> int:
     from analysis.timeline import timeline
 
     trace = load(args.file)
-    graphs = _pair(args.graphs, "--graphs", int) if args.graphs else None
+    graphs = None
+    if args.graphs:
+        graphs = (_pair(args.graphs, "--graphs", int) if ":" in args.graphs
+                  else (int(args.graphs), int(args.graphs)))
     window = _pair(args.window, "--window") if args.window else None
-    fig = timeline(trace, window=window, graphs=graphs, backends=args.backend or None,
-                   color_by=args.color_by, races=_races_arg(args))
+    try:
+        fig = timeline(trace, window=window, graphs=graphs, backends=args.backend or None,
+                       color_by=args.color_by, races=_races_arg(args))
+    except ValueError as e:
+        print(f"ggml-trace timeline: {e}", file=sys.stderr)
+        return 2
     out = args.output or (Path(args.file).with_suffix(".html").name)
     fig.write_html(out)
     meta = fig.layout.meta["ggml_trace"]
@@ -148,7 +155,8 @@ def add_view_commands(sub):
     p = sub.add_parser("timeline", help="self-contained HTML timeline (Nsight-style rows, WebGL)")
     p.add_argument("file")
     p.add_argument("-o", "--output", help="HTML file (default: FILE's name with .html)")
-    p.add_argument("--graphs", metavar="A:B", help="only scheduler graphs A..B (inclusive)")
+    p.add_argument("--graphs", metavar="A:B",
+                   help="only scheduler graphs A..B (inclusive; A:, :B or one graph N)")
     p.add_argument("--backend", action="append", metavar="NAME",
                    help="only this backend's rows (repeatable; a prefix such as RPC0 works)")
     p.add_argument("--window", metavar="START_US:END_US",
