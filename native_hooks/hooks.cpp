@@ -34,7 +34,6 @@ std::once_flag g_init_once;
 std::atomic<bool> g_capture{true};      // ggml_trace_start/stop toggle this
 std::atomic<uint32_t> g_next_graph{0};
 std::atomic<uint32_t> g_next_sched{0};
-std::atomic<int> g_live_scheds{0};
 
 const int MAX_SCHEDS = 255;
 std::atomic<ggml_backend_sched_t> g_scheds[MAX_SCHEDS];
@@ -978,7 +977,6 @@ ggml_backend_sched_t ggml_backend_sched_new(ggml_backend_t * backends, ggml_back
         return sched;
     }
     g_scheds[idx].store(sched, std::memory_order_release);
-    g_live_scheds.fetch_add(1);
     if (capturing()) {
         c.r.sched = (uint8_t) idx;
         c.r.obj = (uint64_t) (uintptr_t) sched;
@@ -999,7 +997,6 @@ void ggml_backend_sched_free(ggml_backend_sched_t sched) {
     c.r.sched = idx;
     g_api.sched_free(sched);
     g_scheds[idx].store(nullptr, std::memory_order_release);
-    g_live_scheds.fetch_sub(1);
     if (capturing()) {
         c.commit();
     }

@@ -30,6 +30,13 @@ def built_program(build, name):
     return ROOT / "build" / f"hooks-{build}" / name
 
 
+def simple_cmd(build, model, *extra, n=8):
+    """llama-simple prints each token with printf + fflush. llama-completion prints through an
+    asynchronous logger thread that can drop the last tokens at exit, which makes it unfit for
+    comparing outputs byte for byte."""
+    return [str(programs.program(build, "llama-simple")), "-m", str(model), "-n", str(n), *map(str, extra), "the of and"]
+
+
 def completion_cmd(build, model, *extra, n=8):
     return [str(programs.program(build, "llama-completion")), "-m", str(model), "-n", str(n), "-p", "the of and",
             "--temp", "0", "--seed", "1", "-no-cnv", *map(str, extra)]

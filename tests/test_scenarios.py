@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from analysis import load
-from conftest import completion_cmd, ggml_trace
+from conftest import ggml_trace, simple_cmd
 from tracer import programs, scenario
 
 RUNS = 100
@@ -63,10 +63,8 @@ def test_the_fix_orders_the_cpu_split_after_the_device():
 
 @pytest.mark.parametrize("build", programs.PINNED)
 def test_llama_completion_on_a_virtual_device(build, model, tmp_path):
-    # -fa off on both sides: with "auto", b11434 picks flash attention differently when a GPU-like
-    # device is present, which changes the floating-point path, not the schedule.
     # the same command line on both sides; without virtual devices it runs on the CPU alone
-    cmd = completion_cmd(build, model, "-fa", "off", "-ngl", "2", "-nkvo", n=16)
+    cmd = simple_cmd(build, model, "-ngl", "2", n=16)
     plain = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120)
     out = tmp_path / "vdev.ggmltrace"
     r = ggml_trace("record", "--virtual-devices", 1, "--vdev-latency-us", 200, "-o", out, "--", *cmd, timeout=180)
