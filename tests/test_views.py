@@ -35,8 +35,10 @@ from analysis.load import COPY_KINDS  # noqa: E402
 from analysis.trace_file import BUF_ALLOCATED  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
-DEMO = ROOT / "build" / "demo" / "llama-completion.ggmltrace"
-VDEV = ROOT / "build" / "scenarios" / "inputless-reuse-b10524" / "run-000.ggmltrace"
+# Real traces, recorded by the tests themselves (once per session) under build/test-traces/.
+RECORDED = ROOT / "build" / "test-traces"
+DEMO = RECORDED / "llama-completion.ggmltrace"    # CPU + RPC0 llama-completion (the demo's run)
+VDEV = RECORDED / "inputless-reuse-b10524" / "run-000.ggmltrace"  # virtual device, a race
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
                              shutil.which("google-chrome")) if p), None)
 needs_browser = pytest.mark.skipif(CHROMIUM is None,
@@ -243,9 +245,22 @@ def ggml_trace(*args, **kw):
 
 
 def real(path: Path) -> Path:
+    """Records the real trace `path` names, the first time a test asks for it."""
     if not path.exists():
-        pytest.skip(f"{path} not recorded (make demo / ggml-trace scenario)")
+        from tracer import demo, scenario
+
+        if path == DEMO:
+            RECORDED.mkdir(parents=True, exist_ok=True)
+            assert demo.rpc_demo(RECORDED) == 0, "recording the CPU + RPC run failed"
+        else:
+            scenario.run("inputless-reuse", build="b10524", runs=1, out_dir=path.parent)
     return path
+
+
+def rpc_name(path: Path) -> str:
+    """The RPC backend's name in a trace, e.g. 'RPC0[127.0.0.1:50185]' (the port varies)."""
+    names = analysis.load(path).backends["name"].astype(str)
+    return next(n for n in names if n.startswith("RPC0"))
 
 
 def expected_intervals(t) -> int:
@@ -331,12 +346,12 @@ def overlap_trace(path: Path) -> Path:
 
 @needs_browser
 @pytest.mark.parametrize("which,path,rows", [
-    ("rpc-demo", DEMO, ["CPU execution", "RPC0[127.0.0.1:50185] execution",
-                        "RPC0[127.0.0.1:50185] copies host→RPC0"]),
+    ("rpc-demo", DEMO, ["CPU execution", "{rpc} execution", "{rpc} copies host→RPC0"]),
     ("vdev-scenario", VDEV, ["VDEV0 execution", "VDEV0 copies CPU→VDEV0", "CPU execution"]),
 ])
 def test_timeline_of_a_real_trace_in_chromium(browser, tmp_path, which, path, rows):
     t = analysis.load(real(path))
+    rows = [r.format(rpc=rpc_name(path)) if "{rpc}" in r else r for r in rows]
     out = tmp_path / "t.html"
     r = ggml_trace("timeline", path, "-o", out)
     assert r.returncode == 0, r.stderr
@@ -436,7 +451,7 @@ def test_filters_and_colours(tmp_path):
     assert "split 0" in names and "no split" in names
     with pytest.raises(ValueError):
         analysis.timeline(t, color_by="colour")
-    r = ggml_trace("timeline", DEMO, "-o", tmp_path / "x.html", "--backend", "CUDA7")
+    r = ggml_trace("timeline", real(DEMO), "-o", tmp_path / "x.html", "--backend", "CUDA7")
     assert r.returncode == 2 and "no backend matches" in r.stderr and "RPC0" in r.stderr
 
 
@@ -657,7 +672,7 @@ def test_nesting_against_brute_force():
 
 def test_parquet_export(tmp_path):
     t = analysis.load(real(VDEV))
-    r = ggml_trace("export", VDEV, "--format", "parquet", "-o", tmp_path / "pq")
+    r = ggml_trace("export", real(VDEV), "--format", "parquet", "-o", tmp_path / "pq")
     assert r.returncode == 0, r.stderr
     for name in ("calls", "splits", "copies", "sync", "accesses", "allocations", "marks",
                  "threads", "backends", "buffers", "device"):
