@@ -497,23 +497,4 @@ def test_a_buffer_without_records_is_one_lifetime(tmp_path):
     (f,) = findings(analyse(tmp_path, b))
     assert f["buffer"] == hex(0xF000) and f["generation"] is None and f["range"] == [128, 256]
 
-
-# -- real traces, when `ggml-trace scenario` has left some -------------------------------------
-
-SCENARIOS = Path(__file__).resolve().parents[1] / "build" / "scenarios"
-
-
-@pytest.mark.parametrize("build, expected", [("b10524", 1), ("b10531", 0)])
-def test_inputless_reuse_scenario_traces(build, expected):
-    traces = sorted((SCENARIOS / f"inputless-reuse-{build}").glob("run-*.ggmltrace"))[:3]
-    if not traces:
-        pytest.skip("no inputless-reuse traces: run `ggml-trace scenario inputless-reuse`")
-    for p in traces:
-        fs = findings(races(load(p)))
-        assert len(fs) == expected, p
-        for f in fs:  # the #23321 race: VDEV0's queued copy of h, then the CPU writes z over it
-            assert f["class"] == "read-after-reuse"
-            assert (f["a"]["backend"], f["a"]["kind"], f["a"]["tensor"]) == (
-                "VDEV0", "cpy_tensor_async", "h")
-            assert (f["b"]["backend"], f["b"]["kind"], f["b"]["tensor"]) == (
-                "CPU", "graph_compute", "z")
+# Real traces (scenarios on every pinned build, llama.cpp runs) are in test_races_real.py.
