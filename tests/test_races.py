@@ -7,7 +7,6 @@ while nothing orders it after A's work.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

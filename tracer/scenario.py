@@ -1,6 +1,5 @@
 """`ggml-trace scenario`: run a scheduler scenario on virtual async devices, many times, traced,
 and compare each result bit-exactly with the same graph computed on the CPU alone."""
-import os
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
