@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from .hooks import build_root, pinned_builds
-from .record import trace_env
+from .record import clear_traces, trace_env
 
 PINNED = ["b10524", "b10531", "b11434"]
 
@@ -44,6 +44,8 @@ def rpc_server(build: str, trace: Path = None, port: int = None):
     """ggml-rpc-server on loopback (traced into `trace` if given); yields 'host:port'."""
     port = port or free_port()
     cmd = [str(program(build, "ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(port)]
+    if trace:
+        clear_traces(Path(trace))
     env = trace_env(hooks(build), trace) if trace else None
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -24,6 +24,15 @@ class Recording:
             return f"killed by signal {-self.returncode}"
 
 
+def clear_traces(output: Path):
+    """Removes `output` and the NAME.PID files of an earlier run: the hooks create the file
+    exclusively and would otherwise write beside a stale one."""
+    output = Path(output)
+    for old in [output, *output.parent.glob(output.name + ".*")]:
+        if old.name == output.name or old.name[len(output.name) + 1:].isdigit():
+            old.unlink(missing_ok=True)
+
+
 def trace_env(hooks: Path, output: Path, paused: bool = False, base=None) -> dict:
     """Environment that makes a program (and the programs it starts) trace into `output`."""
     env = dict(os.environ if base is None else base)
@@ -38,9 +47,7 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None) -> dic
 def record(cmd: list, hooks: Path, output: Path, paused: bool = False, **popen_kwargs) -> Recording:
     """Runs `cmd` to completion under the hooks; signals sent to us are passed on to it."""
     output = Path(output).resolve()
-    for old in [output, *output.parent.glob(output.name + ".*")]:
-        if old.name == output.name or old.name[len(output.name) + 1:].isdigit():
-            old.unlink(missing_ok=True)  # the hooks create the file exclusively
+    clear_traces(output)
     env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None))
     proc = subprocess.Popen(cmd, env=env, **popen_kwargs)
     forwarded = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
