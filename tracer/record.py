@@ -24,13 +24,18 @@ class Recording:
             return f"killed by signal {-self.returncode}"
 
 
-def clear_traces(output: Path):
-    """Removes `output` and the NAME.PID files of an earlier run: the hooks create the file
-    exclusively and would otherwise write beside a stale one."""
+def trace_files(output: Path) -> list:
+    """`output` if it exists, then the NAME.PID files of the other processes of the same run."""
     output = Path(output)
-    for old in [output, *output.parent.glob(output.name + ".*")]:
-        if old.name == output.name or old.name[len(output.name) + 1:].isdigit():
-            old.unlink(missing_ok=True)
+    others = sorted(p for p in output.parent.glob(output.name + ".*") if p.name[len(output.name) + 1:].isdigit())
+    return ([output] if output.exists() else []) + others
+
+
+def clear_traces(output: Path):
+    """Removes the files of an earlier run: the hooks create the file exclusively and would
+    otherwise write beside a stale one."""
+    for old in trace_files(output):
+        old.unlink(missing_ok=True)
 
 
 def trace_env(hooks: Path, output: Path, paused: bool = False, base=None) -> dict:
@@ -58,6 +63,4 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, **popen_k
     finally:
         for s, handler in forwarded.items():
             signal.signal(s, handler)
-    traces = [output] if output.exists() else []
-    traces += sorted(p for p in output.parent.glob(output.name + ".*") if p.name[len(output.name) + 1:].isdigit())
-    return Recording(returncode, traces)
+    return Recording(returncode, trace_files(output))
