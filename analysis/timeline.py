@@ -782,10 +782,7 @@ def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
     sub = iv.iloc[e_idx]
     hover_txt = _hover(sub, tb).to_numpy(dtype=object)
     cb, ce = np.maximum(eb, x0), np.minimum(ee, x1)
-    npts = np.clip(np.ceil((ce - cb) / (HOVER_STEP_PX * px)), 1, 200).astype(np.int64)
-    rep = np.repeat(np.arange(len(e_idx)), npts)
-    within = np.arange(len(rep)) - np.repeat(np.cumsum(npts) - npts, npts)
-    hx = cb[rep] + (ce - cb)[rep] * (within + 0.5) / npts[rep]
+    rep, hx = _hover_points(cb, ce, px)
     hy = row[e_idx][rep]
     ht = hover_txt[rep]
     wide = np.flatnonzero((ce - cb) >= LABEL_MIN_PX * px)[:LABEL_LIMIT]
@@ -858,10 +855,7 @@ def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
             + "<br>" + _fmt_us(rb) + " → " + _fmt_us(re_)
             + "<br>about " + pd.Series(n_in).astype(np.int64).map("{:,}".format)
             + " interval-bins (zoom in for each interval)").to_numpy(dtype=object)
-        npts = np.clip(np.ceil((re_ - rb) / (HOVER_STEP_PX * px)), 1, 200).astype(np.int64)
-        rep = np.repeat(np.arange(len(starts)), npts)
-        within = np.arange(len(rep)) - np.repeat(np.cumsum(npts) - npts, npts)
-        agg_hx = rb[rep] + (re_ - rb)[rep] * (within + 0.5) / npts[rep]
+        rep, agg_hx = _hover_points(rb, re_, px)
         agg_hy = a_rows[rr][rep]
         agg_ht = txt[rep]
 
@@ -892,6 +886,15 @@ def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
         "exact": int(len(e_idx)),
         "aggregated_rows": int(len(np.unique(row[a_idx]))) if len(a_idx) else 0,
     }
+
+
+def _hover_points(b: np.ndarray, e: np.ndarray, px: float):
+    """Hover anchors spread along each bar [b, e], one every HOVER_STEP_PX pixels (1 to 200 a
+    bar): (index of the bar of each point, x of each point)."""
+    npts = np.clip(np.ceil((e - b) / (HOVER_STEP_PX * px)), 1, 200).astype(np.int64)
+    rep = np.repeat(np.arange(len(b)), npts)
+    within = np.arange(len(rep)) - np.repeat(np.cumsum(npts) - npts, npts)
+    return rep, b[rep] + (e - b)[rep] * (within + 0.5) / npts[rep]
 
 
 def _segments_xy(b: np.ndarray, e: np.ndarray, r: np.ndarray):
