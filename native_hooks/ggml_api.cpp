@@ -37,16 +37,20 @@ void * lookup(const char * name, bool next) {
 }
 
 template <typename T> bool need(T & fn, const char * name, bool next = false) {
-    fn = (T) lookup(name, next);
-    if (!fn) {
-        fprintf(stderr, "ggml-trace: this ggml has no %s; running untraced\n", name);
-    }
-    return fn != nullptr;
+    return resolve_symbol(fn, name, next, "tracing (the program runs untraced)");
 }
 
 }  // namespace
 
 void * ggml_symbol(const char * name, bool next) { return lookup(name, next); }
+
+bool resolve_symbol_ptr(void ** fn, const char * name, bool next, const char * user) {
+    *fn = lookup(name, next);
+    if (!*fn) {
+        fprintf(stderr, "ggml-trace: %s needs %s, which this program's ggml lacks\n", user, name);
+    }
+    return *fn != nullptr;
+}
 
 bool resolve_ggml_api() {
     GgmlApi & a = g_api;

@@ -53,6 +53,15 @@ extern GgmlApi g_api;
 // entry points the hooks interpose).
 void * ggml_symbol(const char * name, bool next = false);
 
+// ggml_symbol into `fn`; when missing, says on stderr that `user` needs it.
+bool resolve_symbol_ptr(void ** fn, const char * name, bool next, const char * user);
+template <typename T> bool resolve_symbol(T & fn, const char * name, bool next, const char * user) {
+    void * p = nullptr;
+    bool ok = resolve_symbol_ptr(&p, name, next, user);
+    fn = (T) p;
+    return ok;
+}
+
 // Resolves everything; false (with a message on stderr) when this ggml lacks something we need.
 bool resolve_ggml_api();
 

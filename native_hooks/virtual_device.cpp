@@ -506,11 +506,7 @@ double env_num(const char * name, double fallback) {
 }
 
 template <typename T> bool resolve(T & fn, const char * name, bool next = false) {
-    fn = (T) ggml_symbol(name, next);
-    if (!fn) {
-        fprintf(stderr, "ggml-trace: virtual devices need %s, which this program's ggml lacks\n", name);
-    }
-    return fn != nullptr;
+    return resolve_symbol(fn, name, next, "virtual devices");
 }
 
 }  // namespace
