@@ -3,9 +3,19 @@ from .load import Trace, load, summarize
 from .races import RaceReport, races
 from .trace_file import TraceFormatError
 
-__all__ = ["load", "Trace", "TraceFormatError", "summarize", "races", "RaceReport"]
-from .timeline import timeline  # noqa: E402
-from .export import export_parquet, export_perfetto  # noqa: E402
-from .report import write_report  # noqa: E402
+__all__ = ["load", "Trace", "TraceFormatError", "summarize", "races", "RaceReport",
+           "timeline", "export_perfetto", "export_parquet", "write_report"]
 
-__all__ += ["timeline", "export_perfetto", "export_parquet", "write_report"]
+# The views need plotly. Without it (the recorder on a bare GPU host, say) traces still load and
+# analyse; the views say what is missing when called.
+try:
+    from .timeline import timeline
+    from .export import export_parquet, export_perfetto
+    from .report import write_report
+except ImportError as e:
+    _missing = e
+
+    def _unavailable(*args, **kwargs):
+        raise ImportError(f"the timeline, export and report views need plotly: {_missing}")
+
+    timeline = export_parquet = export_perfetto = write_report = _unavailable

@@ -5,6 +5,7 @@ joins are hash or sorted lookups over whole columns, never per-row Python.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -30,6 +31,16 @@ SYNC_KINDS = ["synchronize", "event_record", "event_wait", "event_synchronize", 
               "event_free", "sched_synchronize"]
 MARK_KINDS = ["user_mark", "user_range"]
 DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqueuing call
+# Who observed a device interval, best first: the device itself (a virtual device's worker),
+# CUPTI's kernel and copy records, the event watcher (GGML_TRACE_DEVICE_TIMING).
+DEVICE_SOURCES = ["device", "events", "cupti"]  # codes 0, 1 as in the records; 2: derived from CUPTI
+SOURCE_DTYPE = pd.CategoricalDtype(DEVICE_SOURCES)
+SOURCE_PRIORITY = {"device": 0, "cupti": 1, "events": 2}
+# CUPTI activity (REC_GPU kinds 1-3) and CUpti_ActivityMemcpyKind names.
+GPU_KERNEL, GPU_CORRELATION, GPU_API = 1, 4, 5
+GPU_KIND_DTYPE = pd.CategoricalDtype(["kernel", "memcpy", "memset"])
+COPY_KINDS_CUPTI = ["unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
+COPY_KIND_DTYPE = pd.CategoricalDtype(COPY_KINDS_CUPTI)
 
 I64_MAX = np.iinfo(np.int64).max
 
@@ -146,14 +157,17 @@ class Trace:
     allocations: pd.DataFrame
     marks: pd.DataFrame
     device: pd.DataFrame
+    gpu: pd.DataFrame
+    gpu_samples: pd.DataFrame
 
     def __init__(self, path: str, header: dict, meta: dict, strings: dict[int, str],
-                 warnings: list[str], **frames: pd.DataFrame):
+                 warnings: list[str], nvml: dict | None = None, **frames: pd.DataFrame):
         self.path = path
         self.header = header
         self.meta = meta
         self.strings = strings
         self.warnings = warnings
+        self.nvml = nvml
         for name, df in frames.items():
             setattr(self, name, df)
 
@@ -359,6 +373,7 @@ class _Loader:
         self.c_split, self.c_split_na = split, split < 0
         self.c_obj = r["obj"].astype(np.uint64)
         self.c_arg = r["arg"].astype(np.uint64)
+        self.c_flags = r["flags"].astype(np.uint8)
         return _frame({
             "call_id": self.c_id,
             "kind": _with_codes(self.c_kind, self.kind_dtype),
@@ -533,7 +548,8 @@ class _Loader:
     def device(self, calls: pd.DataFrame) -> pd.DataFrame:
         """The device_exec calls, described by the host call that enqueued the work (`obj`):
         its call_id, kind, backend, graph and split; times and thread are the device_exec's.
-        Where the enqueuing call is missing, backend/graph/split are the record's own."""
+        Where the enqueuing call is missing, backend/graph/split are the record's own. `source`
+        says who observed the interval (see DEVICE_SOURCES)."""
         rows = np.flatnonzero(self.c_kindnum == KIND_IDS[DEVICE_KIND])
         enq = _lookup(self.c_id, self.c_obj[rows])
         found = enq >= 0
@@ -543,6 +559,8 @@ class _Loader:
         for c in ("graph", "split"):
             v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
             cols[c] = _nullable(v[src], na[src])
+        flags = self.c_flags[rows]
+        source = (flags >> 4) & 3
         return _frame({
             "call_id": self.c_obj[rows],
             "kind": _with_codes(kind, self.kind_dtype),
@@ -552,6 +570,105 @@ class _Loader:
             "t_begin": self.c_t_begin[rows],
             "t_end": self.c_t_end[rows],
             "thread": self.c_thread[rows],
+            "source": _with_codes(np.where(source < 2, source, -1).astype(np.int64), SOURCE_DTYPE),
+            "start_estimated": (flags & 0x40) != 0,
+            "end_late": (flags & 0x80) != 0,
+        })
+
+    def gpu_activity(self, meta: dict) -> pd.DataFrame:
+        """CUPTI's kernels, copies and memsets, each tied through its correlation record to the
+        traced call that launched it (call_id, with that call's kind, backend, graph, split)."""
+        g = self.raw.gpu
+        corr = g[g["kind"] == GPU_CORRELATION]
+        api = g[g["kind"] == GPU_API]
+        act = g[(g["kind"] >= 1) & (g["kind"] <= 3)]
+        act = _rows(act, np.argsort(act["t_begin_ns"], kind="stable"))
+        # CUPTI's times are CLOCK_MONOTONIC through our timestamp callback, else CLOCK_REALTIME.
+        realtime = meta.get("cupti.clock") == "realtime"
+        t0 = np.int64(self.raw.header["t0_realtime_ns" if realtime else "t0_monotonic_ns"])
+        a_corr = act["correlation"].astype(np.uint64)
+        # The launching call: through CUPTI's external correlation records (the call ids the
+        # hooks pushed) ...
+        pos, hit = _match(corr["correlation"].astype(np.uint64), a_corr)
+        call_id = np.where(hit, corr["name"][pos] if len(corr) else 0, 0).astype(np.uint64)
+        rows = np.where(hit, _lookup(self.c_id, call_id), -1)
+        # ... else through the runtime API call that launched it: the innermost traced call on
+        # the same thread that was running when the API call began.
+        pos, via_api = _match(api["correlation"].astype(np.uint64), a_corr)
+        via_api &= ~hit
+        if via_api.any():
+            th = self.raw.threads
+            tpos, known = _match(th["os_tid"].astype(np.uint64), api["stream"][pos[via_api]].astype(np.uint64))
+            thread = np.where(known, th["thread"][tpos].astype(np.int64), -1)
+            t_api = api["t_begin_ns"][pos[via_api]].astype(np.int64) - t0
+            found = self.enclosing_call(thread, t_api)
+            rows[np.flatnonzero(via_api)] = found
+            call_id[np.flatnonzero(via_api)] = np.where(found >= 0, self.c_id[np.maximum(found, 0)], 0)
+            hit = rows >= 0
+        cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
+        kind = act["kind"].astype(np.int64)
+        copy_kind = act["copy_kind"].astype(np.int64)
+        is_kernel = kind == GPU_KERNEL
+        return _frame({
+            "kind": _with_codes(np.where((kind >= 1) & (kind <= 3), kind - 1, -1), GPU_KIND_DTYPE),
+            "name": self.names(np.where(is_kernel, act["name"], 0).astype(np.uint64)),
+            "device": act["device"].astype(np.int64),
+            "stream": act["stream"].astype(np.int64),
+            "t_begin": act["t_begin_ns"].astype(np.int64) - t0,
+            "t_end": act["t_end_ns"].astype(np.int64) - t0,
+            "copy_kind": _with_codes(np.where(~is_kernel & (copy_kind < len(COPY_KINDS_CUPTI)), copy_kind, -1),
+                                     COPY_KIND_DTYPE),
+            "bytes": np.where(is_kernel, 0, act["bytes"]).astype(np.int64),
+            "grid": np.where(is_kernel, act["bytes"], 0).astype(np.int64),
+            "correlation": act["correlation"].astype(np.int64),
+            "call_id": _nullable(call_id, ~hit, "UInt64"),
+            "call_kind": cc["kind"],
+            "backend": cc["backend"],
+            "graph": cc["graph"],
+            "split": cc["split"],
+        })
+
+    def enclosing_call(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Row of the innermost call of `thread` running at time `t` (-1 if none)."""
+        host = self.c_kindnum != KIND_IDS[DEVICE_KIND]
+        cand = np.flatnonzero(host)
+        order = cand[np.lexsort((self.c_t_begin[cand], self.c_thread[cand]))]
+        shift = np.int64(1) << np.int64(44)  # ns since the trace start stay below 2**44 (~4.8 h)
+        key = self.c_thread[order].astype(np.int64) * shift + self.c_t_begin[order]
+        i = np.searchsorted(key, thread * shift + t, side="right") - 1
+        out = np.full(len(t), -1, np.int64)
+        todo = np.flatnonzero((thread >= 0) & (i >= 0))
+        # The latest call to start before t is the innermost unless it had already ended: then
+        # step back to its predecessors (API calls almost always fall in a leaf call).
+        for _ in range(64):
+            if len(todo) == 0:
+                break
+            r = order[i[todo]]
+            same = self.c_thread[r] == thread[todo]
+            inside = same & (self.c_t_end[r] >= t[todo])
+            out[todo[inside]] = r[inside]
+            i[todo] -= 1
+            todo = todo[~inside & same & (i[todo] >= 0)]
+        return out
+
+    def cupti_device(self, gpu: pd.DataFrame) -> pd.DataFrame:
+        """Device intervals from CUPTI: per launching call, its first activity's start to its
+        last one's end (source "cupti")."""
+        a = gpu[gpu["call_id"].notna()]
+        ids = a["call_id"].to_numpy(np.uint64)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        begin = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+        end = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(begin, inv, a["t_begin"].to_numpy(np.int64))
+        np.maximum.at(end, inv, a["t_end"].to_numpy(np.int64))
+        rows = _lookup(self.c_id, uniq)
+        cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
+        n = len(uniq)
+        return _frame({
+            "call_id": uniq, "kind": cc["kind"], "backend": cc["backend"], "graph": cc["graph"],
+            "split": cc["split"], "t_begin": begin, "t_end": end, "thread": np.full(n, -1, np.int64),
+            "source": _with_codes(np.full(n, DEVICE_SOURCES.index("cupti")), SOURCE_DTYPE),
+            "start_estimated": np.zeros(n, bool), "end_late": np.zeros(n, bool),
         })
 
     def marks(self, calls: pd.DataFrame) -> pd.DataFrame:
@@ -566,6 +683,49 @@ class _Loader:
         return {self.label(int(k)) or "": self.label(int(v)) or ""
                 for k, v in zip(m["key"].tolist(), m["value"].tolist())}
 
+    def gpu_samples(self) -> pd.DataFrame:
+        s = self.raw.samples
+        s = _rows(s, np.argsort(s["t_ns"], kind="stable"))
+        # Sample times are CLOCK_MONOTONIC ns already (no tick conversion).
+        t = s["t_ns"].astype(np.int64) - np.int64(self.raw.header["t0_monotonic_ns"])
+        return _frame({
+            "t": t,
+            "device": s["device"].astype(np.int64),
+            "metric": self.names(s["metric"]),
+            "value": s["value"].astype(np.float64),
+        })
+
+
+def _match(keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index into keys, found) of each query: the first equal key."""
+    if len(keys) == 0:
+        return np.zeros(len(queries), np.int64), np.zeros(len(queries), bool)
+    order = np.argsort(keys, kind="stable")
+    p = np.minimum(np.searchsorted(keys[order], queries), len(keys) - 1)
+    return order[p], keys[order][p] == queries
+
+
+def best_device_intervals(device: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `trace.device` from the best source each call has (SOURCE_PRIORITY): one
+    view of when work ran, where a virtual device, CUPTI and the event watcher all saw it."""
+    if len(device) == 0 or device["source"].nunique() <= 1:
+        return device
+    prio = device["source"].map(SOURCE_PRIORITY).astype(np.int64).to_numpy()
+    best = pd.Series(prio).groupby(device["call_id"].to_numpy()).transform("min").to_numpy()
+    return device[prio == best]
+
+
+def _nvml(meta: dict, warnings: list[str]) -> dict | None:
+    """The GPUs' NVML metadata that `ggml-trace record` stores as JSON under META "nvml"."""
+    text = meta.get("nvml")
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        warnings.append(f"META nvml is not valid JSON ({e}); trace.nvml is None")
+        return None
+
 
 def load(path: str | os.PathLike, strict: bool = True) -> Trace:
     """Load a trace file. strict=False skips records of unknown type instead of raising."""
@@ -578,11 +738,16 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
     accesses = ld.accesses()
     allocations = ld.allocations()
     copies = ld.copies(calls)
-    return Trace(raw.path, raw.header, ld.meta(), raw.strings, list(raw.warnings),
+    meta, warnings = ld.meta(), list(raw.warnings)
+    gpu = ld.gpu_activity(meta)
+    device = ld.device(calls)
+    if len(gpu):
+        device = pd.concat([device, ld.cupti_device(gpu)], ignore_index=True)
+    return Trace(raw.path, raw.header, meta, raw.strings, warnings, _nvml(meta, warnings),
                  threads=threads, backends=backends, buffers=buffers, calls=calls,
                  splits=ld.splits(calls, copies), copies=copies, sync=ld.sync(calls),
                  accesses=accesses, allocations=allocations, marks=ld.marks(calls),
-                 device=ld.device(calls))
+                 device=device, gpu=gpu, gpu_samples=ld.gpu_samples())
 
 
 def backend_labels(backends: pd.DataFrame) -> list[str]:

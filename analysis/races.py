@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .load import _lookup, _pick_lifetime, _take, backend_labels
+from .load import _lookup, _pick_lifetime, _take, backend_labels, best_device_intervals
 
 CLASSES = ["read-after-reuse", "write-after-write", "read-after-write"]
 MODES = ["read", "write"]
@@ -473,6 +473,7 @@ class _Analysis:
         has_dev = np.zeros(self.n, bool)
         dev = getattr(self.trace, "device", None)
         if dev is not None and len(dev):
+            dev = best_device_intervals(dev)
             d = dev.groupby("call_id", sort=False).agg(b=("t_begin", "min"), e=("t_end", "max"))
             rows = _lookup(self.c_id, d.index.to_numpy(np.uint64))
             ok = rows >= 0

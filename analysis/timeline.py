@@ -27,7 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .load import COPY_KINDS, DEVICE_KIND, backend_labels
+from .load import COPY_KINDS, DEVICE_KIND, backend_labels, best_device_intervals
 
 ROW_DETAIL = 2000      # a row with more intervals than this in view is aggregated
 LOD_BINS = 1000        # aggregation bins across the view
@@ -51,8 +51,9 @@ KIND_COLORS = {
     "buf_clear": "#C9C9C9", "buf_alloc": "#C9C9C9", "buf_free": "#C9C9C9",
     "event_record": "#EECA3B", "event_wait": "#9D755D", "event_synchronize": "#D8B5A5",
     "event_new": "#E0E0E0", "event_free": "#E0E0E0", "user_range": "#59A14F",
-    "user_mark": "#222222",
+    "user_mark": "#222222", "kernel": "#4C78A8", "memcpy": "#F58518", "memset": "#C9C9C9",
 }
+GPU_KINDS = ["kernel", "memcpy", "memset"]  # CUPTI activity, on the kernels rows
 SPLIT_PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#EECA3B", "#72B7B2", "#FF9DA6",
                  "#9D755D", "#79706E", "#17BECF", "#BCBD22", "#8C564B"]
 OTHER_COLOR = "#C8C8C8"
@@ -60,7 +61,7 @@ RACE_COLOR = "#E41A1C"
 ARROW_COLORS = ["rgba(90,90,90,0.65)", "rgba(214,120,0,0.85)"]  # submission, event
 ARROW_NAMES = ["submission → device", "event record → wait"]
 
-ROW_HEADER, ROW_THREAD, ROW_EXEC, ROW_COPIES, ROW_COUNTER = range(5)
+ROW_HEADER, ROW_THREAD, ROW_EXEC, ROW_COPIES, ROW_COUNTER, ROW_KERNELS = range(6)
 NONE = -1
 
 
@@ -110,9 +111,12 @@ class _Model:
     def __init__(self, trace, window=None, graphs=None, backends=None):
         self.trace = trace
         calls = trace.calls
+        gpu = getattr(trace, "gpu", None)
+        self.gpu = gpu if gpu is not None else pd.DataFrame()
         self.t_end = int(max(calls["t_end"].max() if len(calls) else 0,
-                             trace.device["t_end"].max() if len(trace.device) else 0, 1))
-        self.kinds = [str(k) for k in calls["kind"].cat.categories]
+                             trace.device["t_end"].max() if len(trace.device) else 0,
+                             self.gpu["t_end"].max() if len(self.gpu) else 0, 1))
+        self.kinds = [str(k) for k in calls["kind"].cat.categories] + GPU_KINDS
         self.backend_names = [str(b) for b in calls["backend"].cat.categories]
         self.tensors = [str(t) for t in trace.accesses["tensor"].cat.categories]
         self._threads()
@@ -158,7 +162,8 @@ class _Model:
     # -- intervals ----------------------------------------------------------------------------
     def _intervals(self) -> pd.DataFrame:
         tr = self.trace
-        calls, dev, copies, splits = tr.calls, tr.device, tr.copies, tr.splits
+        calls, copies, splits = tr.calls, tr.copies, tr.splits
+        dev = best_device_intervals(tr.device)
         kind = _codes(calls["kind"])
         host = kind != self.kinds.index(DEVICE_KIND) if DEVICE_KIND in self.kinds else np.ones(
             len(calls), bool)
@@ -256,7 +261,7 @@ class _Model:
         cps["rtype"] = ROW_COPIES
         cps["lane"] = 0
         cps["group"] = self._copy_group(cps)
-        out = pd.concat([host_iv, execs, cps], ignore_index=True)
+        out = pd.concat([host_iv, execs, cps, self._gpu_intervals()], ignore_index=True)
         for col in ("src_t", "dst_t", "src_b", "dst_b", "mark", "inputs", "kind", "backend",
                     "graph", "split", "thread", "n_r", "n_w", "last_w"):
             if col not in out:
@@ -269,6 +274,39 @@ class _Model:
         out["device"] = out["device"].astype(bool)
         out["group"] = out["group"].astype(np.int64)
         return out
+
+    def _gpu_intervals(self) -> pd.DataFrame:
+        """CUPTI's kernels, copies and memsets, on a kernels row under the backend of the call
+        that launched them (else the backend named CUDA<device>); the kernel's name goes in
+        the hover and on the bar."""
+        g = self.gpu
+        if len(g) == 0:
+            return pd.DataFrame()
+        group = self.backend_group[_codes(g["backend"])]
+        by_name = np.array([self.group_index.get(f"CUDA{d}", NONE) for d in range(
+            int(g["device"].max()) + 1)], np.int64)
+        group = np.where(group >= 0, group, by_name[g["device"].to_numpy(np.int64)])
+        names = g["name"].astype(object).where(g["name"].notna(), g["copy_kind"].astype(object))
+        names = pd.Categorical(names.fillna("").astype(str))
+        base = len(self.mark_names)
+        self.mark_names = self.mark_names + [str(x) for x in names.categories]
+        kind = self.kinds.index("kernel") + _codes(g["kind"])
+        # the launching call's thread, for "enqueued by"
+        calls = self.trace.calls
+        th = pd.Series(calls["thread"].to_numpy(np.int64), index=calls["call_id"].to_numpy(np.uint64))
+        th = th[~th.index.duplicated()]
+        cid = np.asarray(g["call_id"].astype("Float64").fillna(0), np.float64).astype(np.uint64)
+        thread = th.reindex(cid).fillna(NONE).to_numpy(np.int64)
+        out = pd.DataFrame({
+            "call_id": cid,
+            "kind": kind, "t0": g["t_begin"].to_numpy(np.int64), "t1": g["t_end"].to_numpy(np.int64),
+            "thread": thread, "backend": _codes(g["backend"]), "graph": _int(g["graph"]),
+            "split": _int(g["split"]),
+            "arg": np.where(g["kind"] == "kernel", g["grid"], g["bytes"]).astype(np.float64),
+            "rtype": ROW_KERNELS, "lane": 0, "group": group, "device": True,
+            "mark": base + names.codes.astype(np.int64),
+        })
+        return out[out["group"] >= 0]
 
     def _tensor_codes(self, col: pd.Series) -> np.ndarray:
         """Codes of a tensor-name column in the tensor table (the accesses' categories)."""
@@ -362,15 +400,18 @@ class _Model:
         iv["dir"] = NONE
         iv.loc[cp.index, "dir"] = dir_codes
         ex_groups = set(iv.loc[iv["rtype"] == ROW_EXEC, "group"].tolist())
+        k_groups = set(iv.loc[iv["rtype"] == ROW_KERNELS, "group"].tolist())
         for g, name in enumerate(self.group_names):
             if g not in self.group_keep:
                 continue
             mine = cp["group"].to_numpy() == g
-            if g not in ex_groups and not mine.any():
+            if g not in ex_groups and g not in k_groups and not mine.any():
                 continue
             rows.append((ROW_HEADER, -1, -1, g, -1, self.group_info[name]))
             if g in ex_groups:
                 rows.append((ROW_EXEC, -1, 0, g, -1, f"{name} execution"))
+            if g in k_groups:
+                rows.append((ROW_KERNELS, -1, 0, g, -1, f"{name} kernels (CUPTI)"))
             used = sorted(set(dir_codes[mine].tolist()), key=lambda d: dir_labels[d])
             for d in used:
                 rows.append((ROW_COPIES, -1, 0, g, d, f"{name} copies {dir_labels[d]}"))
@@ -380,7 +421,7 @@ class _Model:
         self.rows = pd.DataFrame(rows, columns=["rtype", "thread", "lane", "group", "dir",
                                                 "label"])
         key = self.rows.reset_index().rename(columns={"index": "row"})
-        key = key[key["rtype"].isin([ROW_THREAD, ROW_EXEC, ROW_COPIES])]
+        key = key[key["rtype"].isin([ROW_THREAD, ROW_EXEC, ROW_COPIES, ROW_KERNELS])]
         iv["thread_k"] = np.where(iv["rtype"] == ROW_THREAD, iv["thread"], -1)
         iv["lane_k"] = np.where(iv["rtype"] == ROW_THREAD, iv["lane"], 0)
         iv["group_k"] = np.where(iv["rtype"] == ROW_THREAD, -1, iv["group"])
@@ -407,7 +448,8 @@ class _Model:
         host_pos = pd.Series(np.flatnonzero(on_thread), index=cid[on_thread])
         host_pos = host_pos[~host_pos.index.duplicated()]
         parts = []
-        d = np.flatnonzero(dev)
+        # one submission arrow per operation: to its execution or copy bar, not to each kernel
+        d = np.flatnonzero(dev & (iv["rtype"].to_numpy() != ROW_KERNELS))
         if len(d):
             src = host_pos.reindex(cid[d]).to_numpy()
             ok = ~np.isnan(src)
@@ -509,11 +551,11 @@ def _counter_rows(trace, first_row: int) -> dict:
         row = first_row + i
         v = g["value"].to_numpy(np.float64)
         top = float(np.nanmax(np.abs(v))) or 1.0
-        labels.append(f"{dev} {metric}")
+        labels.append(f"GPU{dev} {metric}")
         traces.append(go.Scattergl(
             x=g["t"].to_numpy(np.float64) / 1e9, y=row + 0.4 - 0.8 * v / top, mode="lines",
-            line=dict(width=1.2, color="#444"), name=esc(f"{dev} {metric}"), showlegend=False,
-            hovertext=[esc(f"{dev} {metric}: {x:g}") for x in v.tolist()] if len(v) <= 20000
+            line=dict(width=1.2, color="#444"), name=esc(f"GPU{dev} {metric}"), showlegend=False,
+            hovertext=[esc(f"GPU{dev} {metric}: {x:g}") for x in v.tolist()] if len(v) <= 20000
             else None, hoverinfo="text" if len(v) <= 20000 else "skip"))
     return {"labels": labels, "traces": traces}
 
@@ -754,7 +796,10 @@ def _bar_labels(iv: pd.DataFrame, tb: _Tables) -> pd.Series:
     tens = pd.Series(tarr[np.where(t >= 0, t, len(tb.tensors))], index=iv.index)
     is_copy = iv["rtype"] == ROW_COPIES
     lab = lab.where(~is_copy, tens + " · " + iv["arg"].astype(np.int64).map("{:,}".format) + " B")
-    return lab
+    marr = np.array(tb.marks + [""], dtype=object)
+    m = iv["mark"].to_numpy()
+    kernel = pd.Series(marr[np.where(m >= 0, m, len(tb.marks))], index=iv.index)
+    return lab.where(iv["rtype"] != ROW_KERNELS, kernel)
 
 
 def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
@@ -1119,7 +1164,7 @@ def _store(model: _Model, tb: _Tables, cls: np.ndarray, colors, width) -> dict:
         "config": {"rowDetail": ROW_DETAIL, "bins": LOD_BINS, "arrowLimit": ARROW_LIMIT,
                    "labelMinPx": LABEL_MIN_PX, "labelLimit": LABEL_LIMIT,
                    "hoverPx": HOVER_STEP_PX, "rowPx": ROW_PX, "lineWidth": width},
-        "rowTypes": {"copies": ROW_COPIES},
+        "rowTypes": {"copies": ROW_COPIES, "kernels": ROW_KERNELS},
     }
 
 
@@ -1233,6 +1278,7 @@ TIMELINE_JS = r"""
       return (tt >= 0 ? s.tensors[tt] : '') + ' · ' + num(c.arg[i]) + ' B';
     }
     if (k === 'graph_compute' && c.split[i] >= 0) return 'split ' + c.split[i] + ' · ' + num(c.arg[i]) + ' nodes';
+    if (c.rtype[i] === s.rowTypes.kernels && c.mark && c.mark[i] >= 0) return unescape(s.marks[c.mark[i]]);
     return k;
   }
   function lowerBound(a, lo, hi, x) {

@@ -26,7 +26,8 @@ NONE32 = 0xFFFFFFFF
 # RecordType
 REC_NONE, REC_STRING, REC_META, REC_THREAD, REC_BACKEND = 0, 1, 2, 3, 4
 REC_BUFFER, REC_CALL, REC_ACCESS, REC_PLACE, REC_CLOCK = 5, 6, 7, 8, 9
-MAX_RECORD_TYPE = REC_CLOCK
+REC_GPU, REC_SAMPLE = 10, 11
+MAX_RECORD_TYPE = REC_SAMPLE
 
 # AccessMode, BufferEvent
 ACC_READ, ACC_WRITE = 1, 2
@@ -120,10 +121,24 @@ ACCESS_DTYPE = _struct(64, [
     ("node", "<u8", 48), ("op", "<u4", 56), ("index", "<u4", 60),
 ])
 
+# Times in GPU and SAMPLE records are CLOCK_MONOTONIC ns, not ticks.
+GPU_DTYPE = _struct(64, [
+    ("type", "u1", 0), ("kind", "u1", 1), ("copy_kind", "u1", 2), ("device", "<u4", 4),
+    ("t_begin_ns", "<u8", 8), ("t_end_ns", "<u8", 16), ("correlation", "<u4", 24),
+    ("stream", "<u4", 28), ("name", "<u8", 32), ("bytes", "<u8", 40),
+    ("reserved", ("<u8", (2,)), 48),
+])
+
+SAMPLE_DTYPE = _struct(64, [
+    ("type", "u1", 0), ("device", "<u4", 4), ("t_ns", "<u8", 8), ("metric", "<u8", 16),
+    ("value", "<f8", 24),  # pad2[32] at 32
+])
+
 RECORD_DTYPES = {
     REC_STRING: STRING_DTYPE, REC_META: META_DTYPE, REC_THREAD: THREAD_DTYPE,
     REC_BACKEND: BACKEND_DTYPE, REC_BUFFER: BUFFER_DTYPE, REC_CALL: CALL_DTYPE,
     REC_ACCESS: ACCESS_DTYPE, REC_PLACE: ACCESS_DTYPE, REC_CLOCK: CLOCK_DTYPE,
+    REC_GPU: GPU_DTYPE, REC_SAMPLE: SAMPLE_DTYPE,
 }
 
 INCOMPLETE_STRING = "<incomplete string>"
@@ -144,6 +159,8 @@ class RawTrace:
     accesses: np.ndarray        # ACCESS_DTYPE
     places: np.ndarray          # ACCESS_DTYPE
     clocks: np.ndarray          # CLOCK_DTYPE
+    gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, GPU_DTYPE))
+    samples: np.ndarray = field(default_factory=lambda: np.zeros(0, SAMPLE_DTYPE))
     strings: dict[int, str] = field(default_factory=dict)
     truncated: bool = False     # the body is not a whole number of chunks (file was cut)
     unknown_records: int = 0    # records with an unknown type byte dropped (strict=False)
@@ -153,7 +170,7 @@ class RawTrace:
     def n_records(self) -> int:
         return sum(len(a) for a in (self.string_recs, self.meta, self.threads, self.backends,
                                     self.buffers, self.calls, self.accesses, self.places,
-                                    self.clocks))
+                                    self.clocks, self.gpu, self.samples))
 
     def clock(self) -> "TickClock":
         return TickClock.from_trace(self.header, self.clocks)
@@ -239,6 +256,17 @@ def _parse_header(data: np.ndarray, path: str) -> dict:
             raise TraceFormatError(
                 f"{path}: corrupt header: {name} is {header[name]}, expected {want}")
     return header
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """The FileHeader of a trace file, validated as read_trace_file does, without the body."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = np.frombuffer(f.read(FILE_HEADER_DTYPE.itemsize), np.uint8)
+    except OSError as e:
+        raise TraceFormatError(f"{path}: cannot read: {e}") from e
+    return _parse_header(data, path)
 
 
 def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -353,5 +381,7 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     raw.accesses = parts[REC_ACCESS]
     raw.places = parts[REC_PLACE]
     raw.clocks = parts[REC_CLOCK]
+    raw.gpu = parts[REC_GPU]
+    raw.samples = parts[REC_SAMPLE]
     raw.strings = _assemble_strings(raw.string_recs)
     return raw

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "cupti_mode.h"
+#include "device_timing.h"
 #include "ggml_api.h"
 #include "registry.h"
 #include "trace_writer.h"
@@ -74,6 +76,7 @@ uint8_t sched_index(ggml_backend_sched_t sched) {
 
 struct CallScope {  // fills and commits one CALL record
     CallRec r;
+    bool correlated = false;  // pushed as CUPTI's external correlation id
     explicit CallScope(uint8_t kind) {
         memset(&r, 0, sizeof(r));
         r.kind = kind;
@@ -84,6 +87,15 @@ struct CallScope {  // fills and commits one CALL record
         r.t_begin = now_ticks();
         // work this call enqueues on a (virtual) device will name it
         current_call() = CallContext{id(), r.graph, r.split};
+        if (cupti_active()) {
+            cupti_push(id());
+            correlated = true;
+        }
+    }
+    ~CallScope() {
+        if (correlated) {
+            cupti_pop();
+        }
     }
     uint64_t id() {
         if (!r.call_id) {
@@ -468,7 +480,9 @@ enum ggml_status hook_graph_compute(ggml_backend_t backend, ggml_cgraph * graph)
         return e.orig.graph_compute(backend, graph);
     }
     CallScope c(K_GRAPH_COMPUTE);
+    TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     enum ggml_status st = e.orig.graph_compute(backend, graph);
+    device_timing_end(timed, backend, c.r);
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) graph;
     c.r.arg = (uint64_t) g_api.graph_n_nodes(graph);
@@ -487,7 +501,13 @@ bool hook_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backen
         return e.orig.cpy_tensor_async(src_backend, dst_backend, src, dst);
     }
     CallScope c(K_CPY_TENSOR_ASYNC);
+    TimedOp timed = device_timing_begin(dst_backend, e.index, e.orig);
     bool ok = e.orig.cpy_tensor_async(src_backend, dst_backend, src, dst);
+    if (ok) {
+        device_timing_end(timed, dst_backend, c.r);
+    } else {
+        device_timing_cancel(timed);
+    }
     BackendEntry * se = find_backend(src_backend);
     c.r.backend = e.index;
     c.r.backend2 = se ? se->index : NONE32;
@@ -508,7 +528,9 @@ void hook_set_tensor_async(ggml_backend_t backend, ggml_tensor * t, const void *
         return e.orig.set_tensor_async(backend, t, data, offset, size);
     }
     CallScope c(K_SET_TENSOR_ASYNC);
+    TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.set_tensor_async(backend, t, data, offset, size);
+    device_timing_end(timed, backend, c.r);
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size;
@@ -523,7 +545,9 @@ void hook_get_tensor_async(ggml_backend_t backend, const ggml_tensor * t, void *
         return e.orig.get_tensor_async(backend, t, data, offset, size);
     }
     CallScope c(K_GET_TENSOR_ASYNC);
+    TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.get_tensor_async(backend, t, data, offset, size);
+    device_timing_end(timed, backend, c.r);
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size;
@@ -540,7 +564,9 @@ void hook_set_tensor_2d_async(ggml_backend_t backend, ggml_tensor * t, const voi
         return e.orig.set_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
     }
     CallScope c(K_SET_TENSOR_2D_ASYNC);
+    TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.set_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
+    device_timing_end(timed, backend, c.r);
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size * n_copies;
@@ -556,7 +582,9 @@ void hook_get_tensor_2d_async(ggml_backend_t backend, const ggml_tensor * t, voi
         return e.orig.get_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
     }
     CallScope c(K_GET_TENSOR_2D_ASYNC);
+    TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.get_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
+    device_timing_end(timed, backend, c.r);
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) t;
     c.r.arg = size * n_copies;
@@ -596,6 +624,7 @@ void hook_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
     }
     CallScope c(K_EVENT_WAIT);
     e.orig.event_wait(backend, event);
+    device_timing_waited(e.index);
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) event;
     c.commit();
@@ -604,6 +633,7 @@ void hook_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
 // The backend struct is about to be deleted: forget it so nothing writes into it later.
 void hook_backend_free(ggml_backend_t backend) {
     void (*orig_free)(ggml_backend_t);
+    device_timing_forget(entry_of(backend).index);
     {
         std::lock_guard<std::mutex> lock(g_patch_mutex);
         BackendEntry & e = entry_of(backend);
@@ -831,6 +861,12 @@ bool open_output(const char * path) {
     return writer_open(path, GGML_TRACE_HOOKS_BUILD, GGML_BACKEND_API_VERSION);
 }
 
+void at_exit() {
+    device_timing_shutdown();
+    cupti_flush();
+    writer_close();
+}
+
 // The trace file opens on the first call that needs it: a ggml entry point, or a user mark from a
 // process that has not loaded ggml yet.
 std::once_flag g_writer_once;
@@ -843,7 +879,9 @@ void init_writer() {
     g_capture.store(!(paused && *paused == '1'));
     if (open_output(out)) {
         write_process_meta();
-        atexit(writer_close);
+        device_timing_init();
+        cupti_start();
+        atexit(at_exit);
     }
 }
 
@@ -996,6 +1034,7 @@ void ggml_backend_sched_free(ggml_backend_sched_t sched) {
     CallScope c(K_SCHED_FREE);
     c.r.sched = idx;
     g_api.sched_free(sched);
+    cupti_flush();  // while CUDA is still up: programs free their schedulers before exiting
     g_scheds[idx].store(nullptr, std::memory_order_release);
     if (capturing()) {
         c.commit();

@@ -51,6 +51,8 @@ enum RecordType : uint8_t {
     REC_ACCESS  = 7,  // a byte range read or written by a call
     REC_PLACE   = 8,  // a tensor's placement after a scheduler allocation
     REC_CLOCK   = 9,  // a (ticks, CLOCK_MONOTONIC ns) pair to convert record times
+    REC_GPU     = 10, // a GPU activity reported by CUPTI (kernel, memcpy, memset, correlation)
+    REC_SAMPLE  = 11, // one reading of a GPU counter (NVML), appended by the recorder
 };
 
 enum CallKind : uint8_t {
@@ -64,9 +66,16 @@ enum CallKind : uint8_t {
     K_BUF_CPY_TENSOR, K_BUF_MEMSET_TENSOR, K_BUF_CLEAR, K_BUF_ALLOC, K_BUF_FREE,
     K_USER_MARK = 64, K_USER_RANGE,
     // Work as it ran on an async backend's device (written by whoever observed it: a virtual
-    // device's worker, an event watcher). obj = call_id of the host call that enqueued it.
+    // device's worker, an event watcher). obj = call_id of the host call that enqueued it;
+    // flags bits 4-5 say who observed it (DeviceSource); bit 6: the start is an estimate; bit 7:
+    // the end was already past when the observer looked (the end time is an upper bound).
     K_DEVICE_EXEC = 80,
 };
+enum DeviceSource : uint8_t { SRC_DEVICE = 0, SRC_EVENTS = 1 };
+static const uint8_t DEVICE_SOURCE_SHIFT = 4;
+static const uint8_t DEVICE_START_ESTIMATED = 0x40;
+static const uint8_t DEVICE_END_LATE = 0x80;
+enum GpuActivityKind : uint8_t { GPU_KERNEL = 1, GPU_MEMCPY = 2, GPU_MEMSET = 3, GPU_CORRELATION = 4, GPU_API = 5 };
 
 enum AccessMode : uint8_t { ACC_READ = 1, ACC_WRITE = 2 };
 
@@ -174,7 +183,34 @@ struct AccessRec {   // REC_ACCESS and REC_PLACE
     uint32_t index;       // node index within the split / graph, or NONE32 (copies, host memory)
 };
 
+// Times in REC_GPU and REC_SAMPLE are CLOCK_MONOTONIC nanoseconds (not ticks): CUPTI and the
+// recorder's NVML sampler both read that clock.
+struct GpuActivityRec {  // REC_GPU
+    uint8_t  type;
+    uint8_t  kind;        // GpuActivityKind
+    uint8_t  copy_kind;   // CUpti_ActivityMemcpyKind (memcpy), else 0
+    uint8_t  pad;
+    uint32_t device;      // CUDA device ordinal
+    uint64_t t_begin_ns;  // CLOCK_MONOTONIC
+    uint64_t t_end_ns;
+    uint32_t correlation; // CUPTI correlation id (joins a kernel/copy to its CORRELATION record)
+    uint32_t stream;      // CUDA stream id; for an API record, the OS thread id of the caller
+    uint64_t name;        // kernel: string id of its name. correlation: the external id (call_id).
+                          // API record: its CUPTI callback id
+    uint64_t bytes;       // memcpy/memset bytes; kernel: grid x*y*z
+    uint64_t reserved[2];
+};
+struct SampleRec {   // REC_SAMPLE
+    uint8_t  type, pad[3];
+    uint32_t device;      // NVML device index
+    uint64_t t_ns;        // CLOCK_MONOTONIC
+    uint64_t metric;      // string id of the metric name (e.g. "sm_clock_mhz")
+    double   value;
+    uint8_t  pad2[32];
+};
 static_assert(sizeof(FileHeader) <= HEADER_SIZE, "header");
+static_assert(sizeof(GpuActivityRec) == RECORD_SIZE, "gpu activity");
+static_assert(sizeof(SampleRec) == RECORD_SIZE, "sample");
 static_assert(sizeof(ChunkHeader) == RECORD_SIZE, "chunk header");
 static_assert(sizeof(StringRec) == RECORD_SIZE, "string");
 static_assert(sizeof(MetaRec) == RECORD_SIZE, "meta");

@@ -34,6 +34,7 @@ struct Writer {
     pid_t pid = 0;
     std::atomic<uint64_t> last_sync_ticks{0};
     uint64_t sync_interval_ticks = 0;
+    double ns_per_tick = 1.0;
 };
 
 Writer g_writer;
@@ -155,6 +156,7 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     h.t0_ticks = ticks0;
     h.ns_per_tick = ticks1 > ticks0 ? (double) (mono1 - mono0) / (double) (ticks1 - ticks0) : 1.0;
     g_writer.sync_interval_ticks = (uint64_t) (50e6 / h.ns_per_tick);
+    g_writer.ns_per_tick = h.ns_per_tick;
     h.pid = (uint32_t) getpid();
     h.backend_api_version = api_version;
     snprintf(h.hooks_build, sizeof(h.hooks_build), "%s", hooks_build);
@@ -216,6 +218,8 @@ bool writer_reserve(uint64_t bytes) {
     uint64_t segs = (bytes + SEGMENT_BYTES - 1) / SEGMENT_BYTES;
     return segs == 0 || ensure_segment(segs - 1);
 }
+
+double writer_ns_per_tick() { return g_writer.ns_per_tick; }
 
 bool writer_is_open() { return g_writer.open.load(std::memory_order_acquire); }
 

@@ -32,6 +32,8 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
 // Stops further writes and trims the file to the chunks in use. Safe to call more than once.
 void writer_close();
 bool writer_is_open();
+// Length of a record-clock tick, as calibrated when the file was opened.
+double writer_ns_per_tick();
 // Grows and maps the file ahead of time (the kernel zero-fills pages when a segment is added).
 bool writer_reserve(uint64_t bytes);
 const char * writer_path();

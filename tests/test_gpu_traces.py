@@ -42,3 +42,75 @@ def test_two_gpu_timeline_renders_with_event_arrows():
     assert "CUDA0" in rows and "CUDA1" in rows
     (events,) = [tr for tr in fig.data if tr.meta == "arrows:1"]  # event record -> wait arrows
     assert len(events.x) // 3 >= t.summary()["graphs"]  # at least one per graph
+
+
+# -- device timing, CUPTI and NVML (recorded with record --device-timing --cupti) ------------------
+
+TIMED = ["cuda-b10531-layer-2gpu-timed", "cuda-b10531-simple-1gpu-timed"]
+
+
+@pytest.mark.parametrize("name", TIMED)
+def test_cupti_activity_is_tied_to_the_calls_that_launched_it(name):
+    t = analysis.load(DATA / f"{name}.ggmltrace")
+    assert t.meta["cupti"] == "on" and t.meta["cupti.clock"] == "monotonic"
+    g = t.gpu
+    assert (g["kind"] == "kernel").sum() > 500 and (g["kind"] == "memcpy").any()
+    assert g["call_id"].notna().mean() > 0.95
+    # kernels inside the splits (graph_compute), copies inside the copy calls
+    k = g[(g["kind"] == "kernel") & g["call_id"].notna()]
+    assert (k["call_kind"] == "graph_compute").mean() > 0.9
+    assert k["name"].notna().all() and k["name"].astype(str).str.contains("mul_mat|rms_norm|rope").any()
+    # every kernel ran on the GPU of the backend that launched it (CUDA<n> is device n)
+    assert (k["backend"].astype(str) == "CUDA" + k["device"].astype(str)).all()
+    assert (g["t_end"] >= g["t_begin"]).all() and g["t_begin"].min() > 0
+    # ... and within its launching call's device interval seen by the event watcher, give or
+    # take the watcher's precision
+    d = t.device
+    cu = d[d["source"] == "cupti"].set_index("call_id")
+    ev = d[d["source"] == "events"].set_index("call_id")
+    both = cu.merge(ev[["t_end"]], left_index=True, right_index=True, suffixes=("", "_ev"))
+    assert len(both) >= 30
+    assert (both["t_end_ev"] >= both["t_end"] - 20_000).mean() > 0.95
+
+
+@pytest.mark.parametrize("name", TIMED)
+def test_event_watcher_agrees_with_cupti(name):
+    from analysis.device_timing import accuracy, compare_sources
+
+    diff = compare_sources(analysis.load(DATA / f"{name}.ggmltrace"))
+    a = accuracy(diff)
+    assert a["operations"] >= 60
+    assert a["end_median_us"] < 20 and a["start_median_us"] < 150
+    assert set(diff["kind"].astype(str)) >= {"graph_compute", "get_tensor_async"}
+
+
+def test_nvml_samples_and_metadata_of_two_gpus():
+    t = analysis.load(DATA / "cuda-b10531-layer-2gpu-timed.ggmltrace")
+    assert t.meta["nvml.status"] == "ok"
+    gpus = t.nvml["gpus"]
+    assert [x["name"] for x in gpus] == ["NVIDIA H200", "NVIDIA H200"]
+    assert len({x["uuid"] for x in gpus}) == 2 and t.nvml["links"]
+    s = t.gpu_samples
+    assert set(s["device"]) == {0, 1}
+    assert {"sm_clock_mhz", "power_w", "temperature_c", "gpu_util_pct"} <= set(s["metric"].astype(str))
+    last = t.calls["t_end"].max()
+    # while the program ran: from about its start to its exit (after its last traced call)
+    assert s["t"].min() >= -50_000_000 and last < s["t"].max() <= last + 1_000_000_000
+    sm = s[(s["metric"] == "sm_clock_mhz")]["value"]
+    assert sm.between(100, 3000).all()
+
+
+def test_timed_two_gpu_timeline_shows_kernels_and_counters():
+    t = analysis.load(DATA / "cuda-b10531-layer-2gpu-timed.ggmltrace")
+    fig = analysis.timeline(t, graphs=(3, 4))
+    rows = fig.layout.meta["ggml_trace"]["rows"]
+    assert {"CUDA0 kernels (CUPTI)", "CUDA1 kernels (CUPTI)", "CUDA0 execution"} <= set(rows)
+    assert "GPU0 sm_clock_mhz" in rows and "GPU1 power_w" in rows
+    assert analysis.races(t).to_json()["races"] == []
+
+
+def test_b11434_on_two_gpus_has_no_races():
+    t = analysis.load(DATA / "cuda-b11434-layer-2gpu.ggmltrace")
+    assert t.meta["hooks_build"] == "b11434-cuda"
+    assert set(t.device["source"]) >= {"events"}
+    assert analysis.races(t).to_json()["races"] == []

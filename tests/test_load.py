@@ -52,6 +52,7 @@ EXPECTED_DTYPES = {
                     "tensor": "category", "op": "Int64", "index": "Int64"},
     "marks": {"kind": "category", "name": "category", "thread": "int64", "t_begin": "int64",
               "t_end": "int64"},
+    "gpu_samples": {"t": "int64", "device": "int64", "metric": "category", "value": "float64"},
 }
 
 
@@ -558,7 +559,8 @@ def test_synthetic_trace_loads(tmp_path):
 STRUCTS = {"FileHeader": "FILE_HEADER_DTYPE", "ChunkHeader": "CHUNK_HEADER_DTYPE",
            "StringRec": "STRING_DTYPE", "MetaRec": "META_DTYPE", "ClockRec": "CLOCK_DTYPE",
            "ThreadRec": "THREAD_DTYPE", "BackendRec": "BACKEND_DTYPE",
-           "BufferRec": "BUFFER_DTYPE", "CallRec": "CALL_DTYPE", "AccessRec": "ACCESS_DTYPE"}
+           "BufferRec": "BUFFER_DTYPE", "CallRec": "CALL_DTYPE", "AccessRec": "ACCESS_DTYPE",
+           "GpuActivityRec": "GPU_DTYPE", "SampleRec": "SAMPLE_DTYPE"}
 
 
 def test_dtypes_match_c_header(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tracegen import TraceBuilder
@@ -443,7 +444,8 @@ def test_device_frame(tmp_path):
     t = load(p)
     d = t.device
     assert list(d.columns) == ["call_id", "kind", "backend", "graph", "split", "t_begin",
-                               "t_end", "thread"]
+                               "t_end", "thread", "source", "start_estimated", "end_late"]
+    assert list(d["source"]) == ["device", "device"] and not d["start_estimated"].any()
     assert list(d["call_id"]) == [a, a] and list(d["kind"]) == ["graph_compute"] * 2
     assert list(d["backend"]) == ["VDEV0"] * 2 and list(d["split"]) == [3, 3]
     assert list(d["t_begin"]) == [100 * US, 210 * US] and list(d["thread"]) == [1, 1]
@@ -497,3 +499,94 @@ def test_a_buffer_without_records_is_one_lifetime(tmp_path):
     assert f["buffer"] == hex(0xF000) and f["generation"] is None and f["range"] == [128, 256]
 
 # Real traces (scenarios on every pinned build, llama.cpp runs) are in test_races_real.py.
+
+
+EVENTS = 1 << 4          # DeviceSource SRC_EVENTS in a device_exec record's flags
+START_ESTIMATED, END_LATE = 0x40, 0x80
+
+
+def test_the_best_observer_of_a_device_interval_decides(tmp_path):
+    # The virtual device saw the read of X end before the CPU's write began (latent); the event
+    # watcher, which only sees when its events passed, says later. The device's own word wins.
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0, device=(100 * US, 200 * US))
+    b.call("device_exec", 150 * US, 560 * US, thread=1, obj=a, flags=EVENTS | END_LATE)
+    b.write(tmp_path / "d.trace")
+    t = load(tmp_path / "d.trace")
+    assert list(t.device["source"]) == ["device", "events"]
+    assert list(t.device["end_late"]) == [False, True]
+    (race,) = findings(races(t))
+    assert not race["manifested"] and race["margin_us"] == pytest.approx(300)
+    # Without the device's own record the watcher's interval is all there is: it overlaps.
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0)
+    b.call("device_exec", 150 * US, 560 * US, thread=1, obj=a, flags=EVENTS)
+    (race,) = findings(analyse(tmp_path, b, "e.trace"))
+    assert race["manifested"]
+
+
+def _gpu_records(rows):
+    from analysis.trace_file import GPU_DTYPE, REC_GPU
+
+    recs = np.zeros(len(rows), GPU_DTYPE)
+    recs["type"] = REC_GPU
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            recs[i][k] = v
+    return recs
+
+
+def test_cupti_activity_is_tied_to_the_launching_call(tmp_path):
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0)
+    t0 = b.t0
+    name = b.add_string("void mul_mat_q<(ggml_type)2, 64>(char const*)")
+    b.meta("cupti.clock", "monotonic")
+    b.add_records(_gpu_records([
+        {"kind": 1, "device": 0, "t_begin_ns": t0 + 120 * US, "t_end_ns": t0 + 150 * US,
+         "correlation": 11, "stream": 7, "name": name, "bytes": 64},
+        {"kind": 1, "device": 0, "t_begin_ns": t0 + 160 * US, "t_end_ns": t0 + 210 * US,
+         "correlation": 12, "stream": 7, "name": name, "bytes": 64},
+        {"kind": 2, "device": 0, "t_begin_ns": t0 + 300 * US, "t_end_ns": t0 + 301 * US,
+         "correlation": 99, "stream": 7, "bytes": 4096, "copy_kind": 2},  # launched by no traced call
+        {"kind": 4, "correlation": 11, "name": a},
+        {"kind": 4, "correlation": 12, "name": a},
+    ]), 1)
+    b.call("device_exec", 110 * US, 215 * US, thread=1, obj=a, flags=EVENTS | START_ESTIMATED)
+    b.write(tmp_path / "g.trace")
+    t = load(tmp_path / "g.trace")
+    g = t.gpu
+    assert list(g["kind"]) == ["kernel", "kernel", "memcpy"]
+    assert list(g["t_begin"]) == [120 * US, 160 * US, 300 * US]
+    assert g["name"].iloc[0] == "void mul_mat_q<(ggml_type)2, 64>(char const*)"
+    assert list(g["call_id"].isna()) == [False, False, True] and g["call_id"].iloc[0] == a
+    assert list(g["split"].iloc[:2]) == [3, 3] and g["copy_kind"].iloc[2] == "DtoH"
+    assert g["bytes"].iloc[2] == 4096 and g["grid"].iloc[0] == 64
+    cu = t.device[t.device["source"] == "cupti"]
+    assert list(cu["call_id"]) == [a] and list(cu["t_begin"]) == [120 * US] and list(cu["t_end"]) == [210 * US]
+    assert list(cu["backend"]) == ["VDEV0"] and list(cu["kind"]) == ["graph_compute"]
+    # CUPTI is preferred to the event watcher: the write at 500 us comes after 210 us (latent).
+    (race,) = findings(races(t))
+    assert not race["manifested"] and race["margin_us"] == pytest.approx(290)
+
+
+def test_cupti_activity_without_correlation_records_goes_to_the_enclosing_call(tmp_path):
+    # Some CUPTI versions send no external correlation records: the runtime API call that
+    # launched the kernel (its thread and time) then names the traced call it ran inside.
+    b = builder()
+    b.thread(0, os_tid=4321, name="main")
+    a, w = reuse_graph(b, 7, 0)          # A's split runs 0..10 us on thread 0, CPU's 500..600 us
+    t0 = b.t0
+    b.add_records(_gpu_records([
+        {"kind": 1, "device": 0, "t_begin_ns": t0 + 20 * US, "t_end_ns": t0 + 90 * US, "correlation": 5},
+        {"kind": 1, "device": 0, "t_begin_ns": t0 + 510 * US, "t_end_ns": t0 + 520 * US, "correlation": 6},
+        {"kind": 1, "device": 0, "t_begin_ns": t0 + 700 * US, "t_end_ns": t0 + 710 * US, "correlation": 7},
+        {"kind": 5, "t_begin_ns": t0 + 2 * US, "t_end_ns": t0 + 3 * US, "correlation": 5, "stream": 4321},
+        {"kind": 5, "t_begin_ns": t0 + 550 * US, "t_end_ns": t0 + 551 * US, "correlation": 6, "stream": 4321},
+        {"kind": 5, "t_begin_ns": t0 + 650 * US, "t_end_ns": t0 + 651 * US, "correlation": 7, "stream": 4321},
+    ]), 1)
+    b.write(tmp_path / "api.trace")
+    g = load(tmp_path / "api.trace").gpu
+    assert g["call_id"].iloc[0] == a and g["call_id"].iloc[1] == w
+    assert pd.isna(g["call_id"].iloc[2])  # 650 us: no traced call was running
+    assert list(g["backend"].iloc[:2]) == ["VDEV0", "CPU"]

@@ -266,11 +266,13 @@ def rpc_name(path: Path) -> str:
 def expected_intervals(t) -> int:
     """Counted from the DataFrames, independently of analysis.timeline: every host call, every
     split once on its backend's execution row (device-side if it ran on a device), every copy
-    once on a copies row, and the other device-side work (events) on the execution rows."""
+    once on a copies row, the other device-side work (events) on the execution rows, and each
+    CUPTI kernel, copy and memset once on a kernels row."""
     host = int((t.calls["kind"] != "device_exec").sum())
     dev = t.device.drop_duplicates("call_id")
     other = int((~dev["kind"].isin(["graph_compute", *COPY_KINDS])).sum())
-    return host + len(t.splits) + len(t.copies) + other
+    gpu = len(t.gpu) if hasattr(t, "gpu") else 0  # CUPTI activity, on the kernels rows
+    return host + len(t.splits) + len(t.copies) + other + gpu
 
 
 # -- synthetic traces --------------------------------------------------------------------------
@@ -393,6 +395,56 @@ def test_timeline_of_a_real_trace_in_chromium(browser, tmp_path, which, path, ro
     page.wait("document.querySelector('.js-plotly-plot').dataset.exactInView !== undefined")
     z = page.eval(FIGURE_STATE)
     assert z["intervals"] == n and z["drawn"] < n
+    assert page.problems() == []
+    page.close()
+
+
+GPU_TIMED = ROOT / "tests" / "data" / "cuda-b10531-layer-2gpu-timed.ggmltrace"  # 2 H200s, CUPTI
+
+
+@needs_browser
+def test_two_gpu_timeline_with_cupti_kernels_in_chromium(browser, tmp_path):
+    t = analysis.load(GPU_TIMED)
+    out = tmp_path / "t.html"
+    r = ggml_trace("timeline", GPU_TIMED, "-o", out, "--graphs", "3:4")
+    assert r.returncode == 0, r.stderr
+    page = browser.open(out.as_uri(), RENDERED, height=1100)
+    s = page.eval(FIGURE_STATE)
+    for row in ("CUDA0 execution", "CUDA0 kernels (CUPTI)", "CUDA1 kernels (CUPTI)",
+                "CUDA1 copies CUDA0→CUDA1", "GPU0 sm_clock_mhz", "GPU1 power_w"):
+        assert row in s["rows"] and row in s["ticks"], row
+    page.screenshot(IMG / "timeline-2gpu-h200.png", full_page=True)
+    # zoom on one split of CUDA1 and hover a kernel: its demangled name and its split
+    g3 = t.gpu[t.gpu["graph"] == 3]
+    g = g3[(g3["backend"] == "CUDA1") & (g3["kind"] == "kernel")]
+    lo, hi = g3["t_begin"].min() / 1e9, g3["t_end"].max() / 1e9
+    page.eval(f"""(() => {{ const gd = document.querySelector('.js-plotly-plot');
+      return Plotly.relayout(gd, {{'xaxis.range': [{lo - (hi - lo) * 0.05}, {hi + (hi - lo) * 0.05}]}})
+        .then(() => 1); }})()""", await_promise=True)
+    page.wait("document.querySelector('.js-plotly-plot').dataset.exactInView !== undefined")
+    time.sleep(0.5)
+    pos = page.eval("""(() => {
+      const gd = document.querySelector('.js-plotly-plot'), L = gd._fullLayout;
+      const r = gd.layout.meta.ggml_trace.rows.indexOf('CUDA1 kernels (CUPTI)');
+      const h = gd._fullData.find(t => t.meta === 'hover');
+      const txt = h.hovertext || h.text;
+      let i = 0; while (i < h.y.length && !(h.y[i] === r && String(txt[i]).includes('>kernel<'))) i++;
+      const box = gd.getBoundingClientRect();
+      return [box.left + L._size.l + L.xaxis.l2p(h.x[i]), box.top + L._size.t + L.yaxis.l2p(r)];
+    })()""")
+    hover = ""
+    for dx in (0, 1, 2, 3):
+        page.mouse(pos[0] + dx, pos[1])
+        time.sleep(0.3)
+        hover = page.eval("Array.from(document.querySelectorAll('.hoverlayer .hovertext'))"
+                          ".map(e => e.textContent).join('\\n')")
+        if hover:
+            break
+    assert "kernel" in hover and "CUDA1" in hover and "split" in hover, hover
+    assert any(str(n)[:20] in hover for n in g["name"].unique()), hover
+    page.mouse(5, 5)  # hover away: the picture shows the bars
+    time.sleep(0.3)
+    page.screenshot(IMG / "timeline-cupti-h200.png", full_page=True)
     assert page.problems() == []
     page.close()
 

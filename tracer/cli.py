@@ -28,7 +28,13 @@ def cmd_record(args) -> int:
                    GGML_TRACE_VDEV_JITTER_US=str(args.vdev_jitter_us),
                    GGML_TRACE_VDEV_BANDWIDTH_GBPS=str(args.vdev_bandwidth_gbps),
                    GGML_TRACE_VDEV_SEED=str(args.vdev_seed))
-    rec = record(args.cmd, lib, Path(args.output), paused=args.paused, env=env)
+    # device-side timing: the event watcher and/or CUPTI (read by the hooks at start-up)
+    timing = {k: "1" for k, on in (("GGML_TRACE_DEVICE_TIMING", args.device_timing),
+                                   ("GGML_TRACE_CUPTI", args.cupti)) if on}
+    if timing:
+        env = dict(env or os.environ, **timing)
+    rec = record(args.cmd, lib, Path(args.output), paused=args.paused, env=env, nvml=args.nvml,
+                 nvml_interval_ms=args.nvml_interval_ms)
     if not rec.traces:
         print(f"ggml-trace: {args.cmd[0]} ({rec.describe_exit()}) wrote no trace: it never created a "
               "ggml backend scheduler, or the hooks did not match its ggml (see the message above)",
@@ -36,6 +42,8 @@ def cmd_record(args) -> int:
     for t in rec.traces:
         print(f"ggml-trace: trace written to {t} ({t.stat().st_size} bytes; program {rec.describe_exit()})",
               file=sys.stderr)
+    if rec.nvml:
+        print(f"ggml-trace: {rec.nvml}", file=sys.stderr)
     return rec.returncode if rec.returncode >= 0 else 128 - rec.returncode
 
 
@@ -123,6 +131,14 @@ def main(argv=None) -> int:
     p.add_argument("--vdev-jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
     p.add_argument("--vdev-bandwidth-gbps", type=float, default=0.0, help="virtual device copy bandwidth (0: free)")
     p.add_argument("--vdev-seed", type=int, default=0, help="jitter seed")
+    p.add_argument("--nvml", action=argparse.BooleanOptionalAction, default=True,
+                   help="sample GPU counters through NVML into the trace (default: on; a no-op without NVML)")
+    p.add_argument("--nvml-interval-ms", type=float, default=20.0, metavar="MS",
+                   help="NVML sampling period (default: %(default)g)")
+    p.add_argument("--device-timing", action="store_true",
+                   help="time each operation on devices with events (a watcher thread per backend)")
+    p.add_argument("--cupti", action="store_true",
+                   help="CUDA: collect kernel and memcpy activity with CUPTI, loaded at run time")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     p.set_defaults(fn=cmd_record)
 

@@ -1,15 +1,21 @@
 """Run a program under the hook library and collect the trace files it writes."""
+import contextlib
+import json
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .nvml import NvmlSampler, gpu_metadata
 
 
 @dataclass
 class Recording:
     returncode: int
     traces: list = field(default_factory=list)  # the file named -o, then NAME.PID of other processes
+    nvml: str = ""  # what became of the GPU counters, one line ("" when not asked for)
 
     @property
     def crashed(self) -> bool:
@@ -49,18 +55,66 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None) -> dic
     return env
 
 
-def record(cmd: list, hooks: Path, output: Path, paused: bool = False, **popen_kwargs) -> Recording:
-    """Runs `cmd` to completion under the hooks; signals sent to us are passed on to it."""
+def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: bool = False,
+           nvml_interval_ms: float = 20.0, **popen_kwargs) -> Recording:
+    """Runs `cmd` to completion under the hooks; signals sent to us are passed on to it.
+
+    nvml=True samples the GPUs' counters while it runs and adds them, with the GPUs' metadata,
+    to every trace file of the run."""
     output = Path(output).resolve()
     clear_traces(output)
     env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None))
-    proc = subprocess.Popen(cmd, env=env, **popen_kwargs)
-    forwarded = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    for s in forwarded:
-        signal.signal(s, lambda signum, frame: proc.send_signal(signum))
-    try:
-        returncode = proc.wait()
-    finally:
-        for s, handler in forwarded.items():
-            signal.signal(s, handler)
-    return Recording(returncode, trace_files(output))
+    sampler = NvmlSampler(nvml_interval_ms) if nvml else None
+    with sampler or contextlib.nullcontext():
+        proc = subprocess.Popen(cmd, env=env, **popen_kwargs)
+        forwarded = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        for s in forwarded:
+            signal.signal(s, lambda signum, frame: proc.send_signal(signum))
+        try:
+            returncode = proc.wait()
+        finally:
+            t_end = time.monotonic_ns()
+            for s, handler in forwarded.items():
+                signal.signal(s, handler)
+    rec = Recording(returncode, trace_files(output))
+    if sampler is not None:
+        rec.nvml = add_gpu_counters(rec.traces, sampler, t_end)
+    return rec
+
+
+def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
+    """Appends the GPUs' NVML metadata (META "nvml", "nvml.status") and the counter samples
+    from each file's start to t_end_ns to every trace. A trace it cannot add them to is left
+    as it was. Returns one line saying what happened."""
+    # Imported here: the analysis package pulls in pandas, which the program need not wait for.
+    from analysis.trace_file import read_header
+
+    from .trace_append import append
+
+    if sampler.available:
+        try:
+            info = gpu_metadata()
+        except Exception as e:  # a query the driver refuses: the counters are still worth keeping
+            info = {"available": True, "error": str(e)}
+        meta = {"nvml": json.dumps(info, default=str), "nvml.status": "ok"}
+        samples = sampler.samples()
+    else:
+        meta = {"nvml": json.dumps({"available": False, "reason": sampler.reason}),
+                "nvml.status": sampler.reason}
+        samples = None
+    stored, failed = 0, []
+    for path in traces:
+        try:
+            t0 = read_header(path)["t0_monotonic_ns"]
+            mine = samples.between(t0, t_end_ns) if samples is not None else None
+            append(path, meta, mine)
+            stored = max(stored, len(mine) if mine is not None else 0)
+        except Exception as e:  # the trace matters more than the counters
+            failed.append(f"{path}: {e}")
+    if sampler.available:
+        line = f"nvml: {sampler.n_gpus} GPUs, {stored} samples"
+    else:
+        line = f"nvml: unavailable: {sampler.reason}; capture continues without GPU counters"
+    if failed:
+        line += "; not added (trace left as it was) to " + "; ".join(failed)
+    return line
