@@ -151,7 +151,7 @@ def test_appended_samples_load_back(trace_copy, monkeypatch):
     fig = analysis.timeline(after, races=False)
     rows = fig.layout.meta["ggml_trace"]["rows"]
     # one counter row per (device, metric), metrics in the order they were read
-    assert rows[-6:] == [f"{d} {m}" for d in (0, 1) for m in ("sm_clock_mhz", "power_w", "gpu_util_pct")]
+    assert rows[-6:] == [f"GPU{d} {m}" for d in (0, 1) for m in ("sm_clock_mhz", "power_w", "gpu_util_pct")]
 
 
 # -- (c) a file cut mid-chunk --------------------------------------------------------------------

@@ -12,8 +12,8 @@ RUNS = 100
 
 
 @pytest.fixture(scope="module")
-def red():
-    return scenario.run("inputless-reuse", build="b10524", runs=RUNS)
+def red(tmp_path_factory):  # its own directory: later runs of the scenario must not replace its traces
+    return scenario.run("inputless-reuse", build="b10524", runs=RUNS, out_dir=tmp_path_factory.mktemp("red"))
 
 
 def test_inputless_reuse_is_red_before_the_fix(red):

@@ -532,7 +532,7 @@ def test_arrows_and_race_layer(tmp_path):
 def test_counter_rows_hook(tmp_path):
     t = analysis.load(real(VDEV))
     t.gpu_samples = pd.DataFrame({"t": np.arange(0, 10_000_000, 1_000_000),
-                                  "device": "GPU0", "metric": "util %",
+                                  "device": 0, "metric": "util %",
                                   "value": np.linspace(0, 100, 10)})
     fig = analysis.timeline(t, races=False)
     rows = fig.layout.meta["ggml_trace"]["rows"]

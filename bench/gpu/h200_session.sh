@@ -4,6 +4,7 @@
 #   bench/gpu/h200_session.sh build    SLIM_TARS...            # CUDA (sm_90) builds + hooks, in parallel
 #   bench/gpu/h200_session.sh capture  MODEL OUT_DIR           # traced runs, overhead table (tiny model)
 #   bench/gpu/h200_session.sh bigbench GGUF_WHEEL OUT_DIR      # overhead on a 1.6 GB random-weight model
+#   bench/gpu/h200_session.sh overhead MODEL REPS [MODEL REPS...]  # llama-bench, the four modes interleaved
 # SLIM_TARS: llama.cpp source tarballs named llama-NNNNN-slim.tar.xz (the sdist's llama.cpp tree).
 set -uo pipefail
 step=$1; shift
@@ -51,6 +52,11 @@ overhead() {  # overhead MODEL REPS: llama-bench -ngl 99 on one GPU, the four mo
     done
   done
 }
+
+if [ "$step" = overhead ]; then  # overhead MODEL REPS [MODEL REPS ...]: llama-bench only
+  while [ $# -ge 2 ]; do overhead "$1" "$2"; shift 2; done
+  exit 0
+fi
 
 if [ "$step" = bigbench ]; then
   wheel=$1; out=$2
