@@ -257,6 +257,28 @@ def real(path: Path) -> Path:
     return path
 
 
+def hover_on_row(page, row: str, containing: str = "") -> str:
+    """Moves the mouse onto the first bar of `row` whose hover text contains `containing`, and
+    returns the hover box's text."""
+    pos = page.eval("""(() => {
+      const gd = document.querySelector('.js-plotly-plot'), L = gd._fullLayout;
+      const r = gd.layout.meta.ggml_trace.rows.indexOf(%s);
+      const h = gd._fullData.find(t => t.meta === 'hover'), txt = h.hovertext || h.text;
+      let i = 0; while (i < h.y.length && !(h.y[i] === r && String(txt[i]).includes(%s))) i++;
+      const box = gd.getBoundingClientRect();
+      return [box.left + L._size.l + L.xaxis.l2p(h.x[i]), box.top + L._size.t + L.yaxis.l2p(r)];
+    })()""" % (json.dumps(row), json.dumps(containing)))
+    hover = ""
+    for dx in (0, 1, 2, 3):  # plotly throttles hover; move a little until it shows
+        page.mouse(pos[0] + dx, pos[1])
+        time.sleep(0.3)
+        hover = page.eval("Array.from(document.querySelectorAll('.hoverlayer .hovertext'))"
+                          ".map(e => e.textContent).join('\\n')")
+        if hover:
+            break
+    return hover
+
+
 def rpc_name(path: Path) -> str:
     """The RPC backend's name in a trace, e.g. 'RPC0[127.0.0.1:50185]' (the port varies)."""
     names = analysis.load(path).backends["name"].astype(str)
@@ -370,21 +392,7 @@ def test_timeline_of_a_real_trace_in_chromium(browser, tmp_path, which, path, ro
     th = t.threads.iloc[0]
     assert f"T0 {th['name']} (tid {th['os_tid']})" in s["rows"]
     # hover over a bar of the CPU execution row shows its split
-    pos = page.eval("""(() => {
-      const gd = document.querySelector('.js-plotly-plot'), L = gd._fullLayout;
-      const r = gd.layout.meta.ggml_trace.rows.indexOf('CPU execution');
-      const h = gd._fullData.find(t => t.meta === 'hover');
-      let i = 0; while (h.y[i] !== r) i++;
-      const box = gd.getBoundingClientRect();
-      return [box.left + L._size.l + L.xaxis.l2p(h.x[i]), box.top + L._size.t + L.yaxis.l2p(r)];
-    })()""")
-    for dx in (0, 1, 2):  # plotly throttles hover; move a little until it shows
-        page.mouse(pos[0] + dx, pos[1])
-        time.sleep(0.3)
-        hover = page.eval("Array.from(document.querySelectorAll('.hoverlayer .hovertext'))"
-                          ".map(e => e.textContent).join('\\n')")
-        if hover:
-            break
+    hover = hover_on_row(page, "CPU execution")
     assert "graph_compute" in hover and "split" in hover and "µs" in hover
     page.screenshot(IMG / f"timeline-{which}.png", full_page=False)
     # zoom into 1/50 of the view: the script redraws from the embedded store
@@ -423,23 +431,7 @@ def test_two_gpu_timeline_with_cupti_kernels_in_chromium(browser, tmp_path):
         .then(() => 1); }})()""", await_promise=True)
     page.wait("document.querySelector('.js-plotly-plot').dataset.exactInView !== undefined")
     time.sleep(0.5)
-    pos = page.eval("""(() => {
-      const gd = document.querySelector('.js-plotly-plot'), L = gd._fullLayout;
-      const r = gd.layout.meta.ggml_trace.rows.indexOf('CUDA1 kernels (CUPTI)');
-      const h = gd._fullData.find(t => t.meta === 'hover');
-      const txt = h.hovertext || h.text;
-      let i = 0; while (i < h.y.length && !(h.y[i] === r && String(txt[i]).includes('>kernel<'))) i++;
-      const box = gd.getBoundingClientRect();
-      return [box.left + L._size.l + L.xaxis.l2p(h.x[i]), box.top + L._size.t + L.yaxis.l2p(r)];
-    })()""")
-    hover = ""
-    for dx in (0, 1, 2, 3):
-        page.mouse(pos[0] + dx, pos[1])
-        time.sleep(0.3)
-        hover = page.eval("Array.from(document.querySelectorAll('.hoverlayer .hovertext'))"
-                          ".map(e => e.textContent).join('\\n')")
-        if hover:
-            break
+    hover = hover_on_row(page, "CUDA1 kernels (CUPTI)", ">kernel<")
     assert "kernel" in hover and "CUDA1" in hover and "split" in hover, hover
     assert any(str(n)[:20] in hover for n in g["name"].unique()), hover
     page.mouse(5, 5)  # hover away: the picture shows the bars
