@@ -51,6 +51,7 @@ struct Watcher {
     int n_free = 0;
     Pending ring[RING];
     uint64_t head = 0, tail = 0;  // pending = ring[head..tail)
+    std::atomic<uint64_t> posted{0};  // = tail, for the watcher to spin on without the lock
     bool sleeping = false;
     // The queue waited on an event since the last timed operation: the next one records a begin
     // event. Otherwise a queue runs its operations back to back, and an operation starts when it
@@ -113,6 +114,10 @@ void watch(Watcher * w) {
     uint64_t last_work = monotonic_ns();
     const uint64_t spin_ns = std::thread::hardware_concurrency() >= SPIN_MIN_CORES ? SPIN_NS : 0;
     for (;;) {
+        // Recently busy: watch for the next operation without taking the program's lock.
+        while (w->posted.load(std::memory_order_acquire) == w->head && monotonic_ns() - last_work < spin_ns) {
+            std::this_thread::yield();
+        }
         Pending p;
         {
             std::unique_lock<std::mutex> lock(w->m);
@@ -124,8 +129,6 @@ void watch(Watcher * w) {
                     break;
                 }
                 if (monotonic_ns() - last_work < spin_ns) {
-                    lock.unlock();
-                    std::this_thread::yield();
                     continue;
                 }
                 // Idle: sleep until the program enqueues again (it wakes us only in this state).
@@ -263,6 +266,7 @@ void device_timing_end(TimedOp & op, ggml_backend_t backend, const CallRec & cal
         std::lock_guard<std::mutex> lock(w->m);
         w->ring[w->tail % RING] = Pending{op.begin, op.end, call.call_id, call.t_begin, call.graph, call.split};
         w->tail++;
+        w->posted.store(w->tail, std::memory_order_release);
         wake = w->sleeping;
     }
     if (wake) {
