@@ -3,6 +3,7 @@
 # Run from the repository root on a host with one or two NVIDIA GPUs, CUDA and CUPTI:
 #   bench/gpu/h200_session.sh build    SLIM_TARS...            # CUDA (sm_90) builds + hooks, in parallel
 #   bench/gpu/h200_session.sh capture  MODEL OUT_DIR           # traced runs, overhead table (tiny model)
+#     (BUILDS="10531 11434" picks the builds to trace, NO_OVERHEAD=1 skips the table)
 #   bench/gpu/h200_session.sh bigbench GGUF_WHEEL OUT_DIR      # overhead on a 1.6 GB random-weight model
 #   bench/gpu/h200_session.sh overhead MODEL REPS [MODEL REPS...]  # llama-bench, the four modes interleaved
 # SLIM_TARS: llama.cpp source tarballs named llama-NNNNN-slim.tar.xz (the sdist's llama.cpp tree).
@@ -88,15 +89,19 @@ trace() {  # trace BUILD NAME GPUS CMD...: traced with device timing + CUPTI (+ 
   CUDA_VISIBLE_DEVICES=$gpus $bin/"$@" > /tmp/$name.plain 2>/dev/null
   cmp -s /tmp/$name.out /tmp/$name.plain && echo "same output as untraced" || { echo "OUTPUT DIFFERS from untraced"; grep -iE "error|abort" /tmp/$name.err | head -3; }
 }
-trace 10531 b10531-simple-1gpu 0 llama-simple -m "$model" -n 32 "the of and"
-trace 10531 b10531-layer-2gpu 0,1 llama-completion -m "$model" $gen -ngl 99 -sm layer
-trace 10531 b10531-nkvo-1gpu 0 llama-completion -m "$model" $gen -ngl 99 -nkvo
-trace 10531 b10531-bench-1gpu 0 llama-bench -m "$model" -ngl 99 -p 512 -n 32 -r 1
-if [ -x /tmp/b11434/bin/libggml-trace-hooks.so ]; then
-  trace 11434 b11434-layer-2gpu 0,1 llama-completion -m "$model" $gen -ngl 99 -sm layer
-  trace 11434 b11434-nkvo-1gpu 0 llama-completion -m "$model" $gen -ngl 2 -nkvo
-  trace 11434 b11434-row-2gpu 0,1 llama-completion -m "$model" $gen -ngl 99 -sm row
+# The traced runs of each build that was built (BUILDS limits them, e.g. BUILDS=11434).
+for b in ${BUILDS:-10531 11434}; do
+  [ -x /tmp/b$b/bin/libggml-trace-hooks.so ] || continue
+  trace $b b$b-simple-1gpu 0 llama-simple -m "$model" -n 32 "the of and"
+  trace $b b$b-layer-2gpu 0,1 llama-completion -m "$model" $gen -ngl 99 -sm layer
+  trace $b b$b-nkvo-1gpu 0 llama-completion -m "$model" $gen -ngl 99 -nkvo
+  trace $b b$b-partial-nkvo-1gpu 0 llama-completion -m "$model" $gen -ngl 2 -nkvo
+  trace $b b$b-bench-1gpu 0 llama-bench -m "$model" -ngl 99 -p 512 -n 32 -r 1
+  trace $b b$b-row-2gpu 0,1 llama-completion -m "$model" $gen -ngl 99 -sm row
+  tail -3 /tmp/b$b-row-2gpu.err
+done
+if [ -z "${NO_OVERHEAD:-}" ]; then
+  echo "== overhead: llama-bench -ngl 99 on one GPU, modes interleaved (same binary)"
+  overhead "$model" 3
 fi
-echo "== overhead: llama-bench -ngl 99 on one GPU, modes interleaved (same binary)"
-overhead "$model" 3
 ls -la "$out"
