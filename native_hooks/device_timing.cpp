@@ -110,7 +110,7 @@ void watch(Watcher * w) {
     pthread_setname_np(pthread_self(), "ggml-trace watch");
     make_pool(w);
     const uint64_t quick = (uint64_t) (QUICK_NS / writer_ns_per_tick());
-    uint64_t prev_end = 0;
+    uint64_t prev_end = 0;  // when the queue's previous operation ended, or a time before it
     uint64_t last_work = monotonic_ns();
     const uint64_t spin_ns = std::thread::hardware_concurrency() >= SPIN_MIN_CORES ? SPIN_NS : 0;
     for (;;) {
@@ -159,7 +159,9 @@ void watch(Watcher * w) {
             flags |= DEVICE_END_LATE;
         }
         emit(w, p, start, d, flags);
-        prev_end = d;
+        // A late end is only an upper bound: the next start must not be estimated from it
+        // (a start too late could hide an overlap). The operation did end after it started.
+        prev_end = (flags & DEVICE_END_LATE) ? start : d;
         last_work = monotonic_ns();
         std::lock_guard<std::mutex> lock(w->m);
         if (p.begin) {
