@@ -710,7 +710,7 @@ def best_device_intervals(device: pd.DataFrame) -> pd.DataFrame:
     view of when work ran, where a virtual device, CUPTI and the event watcher all saw it."""
     if len(device) == 0 or device["source"].nunique() <= 1:
         return device
-    prio = device["source"].map(SOURCE_PRIORITY).astype(np.int64).to_numpy()
+    prio = device["source"].astype(object).map(SOURCE_PRIORITY).fillna(len(SOURCE_PRIORITY)).to_numpy(np.int64)
     best = pd.Series(prio).groupby(device["call_id"].to_numpy()).transform("min").to_numpy()
     return device[prio == best]
 

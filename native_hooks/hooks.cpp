@@ -142,17 +142,27 @@ void emit_range(uint8_t type, uint8_t mode, uint64_t call_id, ggml_backend_buffe
 }
 
 void see_buffer(ggml_backend_buffer_t buffer, uint8_t event);
+void hook_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor * t, const void * data, size_t offset, size_t size);
+
+// The buffer this thread last registered: a split's accesses come in long runs on the same
+// compute or weight buffer, and registering looks it up in a shared table.
+thread_local ggml_backend_buffer_t t_last_seen = nullptr;
 
 // A tensor's bytes as (buffer, offset, size); `extra` shifts into the tensor, `size` overrides.
+// `name` is the tensor's interned name when the caller has it already.
 void emit_tensor(uint8_t type, uint8_t mode, uint64_t call_id, const ggml_tensor * t, uint64_t node_name,
-                 uint32_t index, size_t extra = 0, size_t size = (size_t) -1) {
+                 uint32_t index, size_t extra = 0, size_t size = (size_t) -1, uint64_t name = 0) {
     ggml_backend_buffer_t buf = buffer_of(t);
     if (!buf || !t->data) {
         return;
     }
-    see_buffer(buf, BUF_SEEN);
+    // Still ours (a freed buffer's address may hold a new, unpatched one): nothing to register.
+    if (buf != t_last_seen || buf->iface.set_tensor != hook_set_tensor) {
+        see_buffer(buf, BUF_SEEN);
+        t_last_seen = buf;
+    }
     uint64_t offset = (uint64_t) ((const char *) t->data - (const char *) g_api.buffer_get_base(buf)) + extra;
-    uint64_t name = intern(t->name);
+    name = name ? name : intern(t->name);
     emit_range(type, mode, call_id, buf, offset, size == (size_t) -1 ? g_api.nbytes(t) : size, name,
                node_name ? node_name : name, (uint32_t) t->op, index);
 }
@@ -444,7 +454,7 @@ void emit_split_accesses(uint64_t call_id, ggml_cgraph * graph) {
             }
         }
         t_produced.insert(node);
-        emit_tensor(REC_ACCESS, ACC_WRITE, call_id, node, node_name, (uint32_t) i);
+        emit_tensor(REC_ACCESS, ACC_WRITE, call_id, node, node_name, (uint32_t) i, 0, (size_t) -1, node_name);
     }
 }
 
