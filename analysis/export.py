@@ -2,8 +2,9 @@
 and Parquet (one file per DataFrame). See docs/timeline.md.
 
 Perfetto JSON layout: the traced process is one process with a track per host thread; each
-backend is a process of its own ("VDEV0 · …") with an execution track and one copies track per
-direction, the same rows as `analysis.timeline`. Intervals are complete events ("X"); where
+backend is a process of its own ("VDEV0 · …") with an execution track, a CUPTI kernels track
+when the trace has them, and one copies track per direction, the same rows as `analysis.timeline`;
+NVML samples are counter tracks ("C") of a "GPU counters" process. Intervals are complete events ("X"); where
 intervals on one track overlap without nesting (complete events must nest), they become async
 slices ("b"/"e"). Flow arrows ("s"/"f", bp "e") link each submission to its device execution
 and each event record to its waits.
@@ -17,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .timeline import ROW_COPIES, ROW_EXEC, ROW_THREAD, _bar_labels, _Model, _Tables
+from .timeline import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, _bar_labels, _Model, _Tables
 
 BACKEND_PID_BASE = 1_000_000_000  # backend "processes": far from any real pid
+COUNTERS_PID = BACKEND_PID_BASE - 1  # the GPUs' NVML counters
 FRAMES = ["threads", "backends", "buffers", "calls", "splits", "copies", "sync", "accesses",
-          "allocations", "marks", "device"]
+          "allocations", "marks", "device", "gpu", "gpu_samples"]
 
 
 def _ts(ns) -> np.ndarray:
@@ -200,7 +202,7 @@ def perfetto_events(trace) -> dict:
                      "tid": int(tid_of_thread.get(t, 1_000_000 + t)), "args": {"sort_index": i}})
     for r in range(len(rows)):
         rt, g = int(rows["rtype"].iat[r]), int(rows["group"].iat[r])
-        if rt not in (ROW_EXEC, ROW_COPIES) or not model.row_counts[r]:
+        if rt not in (ROW_EXEC, ROW_COPIES, ROW_KERNELS) or not model.row_counts[r]:
             continue
         bpid = BACKEND_PID_BASE + g
         if not any(m["pid"] == bpid and m["name"] == "process_name" for m in meta):
@@ -212,10 +214,30 @@ def perfetto_events(trace) -> dict:
                      "args": {"name": str(rows["label"].iat[r])}})
         meta.append({"name": "thread_sort_index", "ph": "M", "pid": bpid, "tid": 1 + r,
                      "args": {"sort_index": r}})
-    return {"meta": meta, "frames": [x, ab, ae, fs, ff],
+    counters = _counters(trace)
+    if len(counters):
+        meta.append({"name": "process_name", "ph": "M", "pid": COUNTERS_PID, "tid": 0,
+                     "args": {"name": "GPU counters (NVML)"}})
+        meta.append({"name": "process_sort_index", "ph": "M", "pid": COUNTERS_PID, "tid": 0,
+                     "args": {"sort_index": 1 + len(model.group_names)}})
+    return {"meta": meta, "frames": [x, ab, ae, fs, ff, counters],
             "counts": {"complete": int(ok.sum()), "async": int(len(bad)), "flows": int(len(ia))},
             "other": {"t0_realtime_ns": int(trace.header.get("t0_realtime_ns", 0)),
                       "source": str(trace.path)}}
+
+
+def _counters(trace) -> pd.DataFrame:
+    """NVML samples as counter events, one track per (GPU, metric); samples taken before the
+    trace began (the sampler starts first) are left out."""
+    s = getattr(trace, "gpu_samples", None)
+    if s is None or len(s) == 0:
+        return pd.DataFrame()
+    s = s[s["t"].to_numpy() >= 0]
+    return pd.DataFrame({
+        "name": ("GPU" + s["device"].astype(str) + " " + s["metric"].astype(str)).to_numpy(),
+        "ph": "C", "pid": COUNTERS_PID, "tid": 0, "ts": _ts(s["t"]),
+        "args": [{"value": v} for v in s["value"].tolist()],
+    })
 
 
 def export_perfetto(trace, path) -> dict:
@@ -249,6 +271,7 @@ def export_parquet(trace, directory) -> list[Path]:
               for k, v in trace.header.items()}
     p = d / "meta.json"
     p.write_text(json.dumps({"source": str(trace.path), "meta": trace.meta, "header": header,
+                             "nvml": getattr(trace, "nvml", None),
                              "warnings": list(trace.warnings), "summary": trace.summary()},
                             indent=2, default=str))
     out.append(p)

@@ -608,7 +608,8 @@ REQUIRED = {"X": {"name", "ph", "ts", "dur", "pid", "tid"},
             "e": {"cat", "ph", "id", "ts", "pid"},
             "s": {"name", "cat", "ph", "id", "ts", "pid", "tid"},
             "f": {"name", "cat", "ph", "id", "ts", "pid", "tid", "bp"},
-            "M": {"name", "ph", "pid", "args"}}
+            "M": {"name", "ph", "pid", "args"},
+            "C": {"name", "ph", "ts", "pid", "args"}}
 
 
 def validate_trace_events(doc: dict) -> dict:
@@ -674,11 +675,11 @@ def validate_trace_events(doc: dict) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("which", ["demo", "vdev", "hostile", "overlap"])
+@pytest.mark.parametrize("which", ["demo", "vdev", "hostile", "overlap", "gpu"])
 def test_perfetto_json_is_valid(tmp_path, which):
     path = {"demo": lambda: real(DEMO), "vdev": lambda: real(VDEV),
             "hostile": lambda: hostile_trace(tmp_path / "h.ggmltrace"),
-            "overlap": lambda: overlap_trace(tmp_path / "o.ggmltrace")}[which]()
+            "overlap": lambda: overlap_trace(tmp_path / "o.ggmltrace"), "gpu": lambda: GPU_TIMED}[which]()
     t = analysis.load(path)
     out = tmp_path / "t.json"
     r = ggml_trace("export", path, "--format", "perfetto", "-o", out)
@@ -690,6 +691,13 @@ def test_perfetto_json_is_valid(tmp_path, which):
         assert c["b"] == 1  # the partially overlapping synchronize, as an async slice
     if which in ("vdev", "hostile"):
         assert c["s"] == c["f"] >= 1
+    if which == "gpu":  # CUPTI kernels on their own tracks, NVML samples as counters
+        tracks = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+        assert {"CUDA0 kernels (CUPTI)", "CUDA1 kernels (CUPTI)"} <= tracks
+        s = t.gpu_samples
+        assert c["C"] == int((s["t"] >= 0).sum()) > 0
+        counters = {e["name"] for e in doc["traceEvents"] if e["ph"] == "C"}
+        assert "GPU0 sm_clock_mhz" in counters and "GPU1 power_w" in counters
     if which == "hostile":
         names = json.dumps(doc, ensure_ascii=False)
         assert HOSTILE[3] in [e["args"]["name"] for e in doc["traceEvents"]
@@ -719,7 +727,7 @@ def test_parquet_export(tmp_path):
     r = ggml_trace("export", real(VDEV), "--format", "parquet", "-o", tmp_path / "pq")
     assert r.returncode == 0, r.stderr
     for name in ("calls", "splits", "copies", "sync", "accesses", "allocations", "marks",
-                 "threads", "backends", "buffers", "device"):
+                 "threads", "backends", "buffers", "device", "gpu", "gpu_samples"):
         df = pd.read_parquet(tmp_path / "pq" / f"{name}.parquet")
         assert len(df) == len(getattr(t, name)) and list(df.columns) == list(
             getattr(t, name).columns)
