@@ -57,6 +57,28 @@ word-break:break-all}
 """
 
 
+def _gpus(nvml) -> str:
+    """The GPUs and their links as NVML described them at capture time ("" without NVML)."""
+    if not isinstance(nvml, dict) or not nvml.get("gpus"):
+        return ""
+    gpus = nvml["gpus"]
+    html = (f"<h3>GPUs (NVML: driver {_e(nvml.get('driver', ''))}, CUDA driver API "
+            f"{_e(nvml.get('cuda', ''))})</h3>" + _table(
+                ["index", "name", "UUID", "PCI bus id", "memory", "max SM clock MHz",
+                 "max memory clock MHz", "power limit W"],
+                [[g.get("index"), g.get("name"), g.get("uuid"), g.get("pci_bus_id"),
+                  f"{(g.get('memory_total') or 0) / 2**30:.1f} GiB", g.get("sm_clock_max_mhz"),
+                  g.get("mem_clock_max_mhz"),
+                  (g.get("power_limit_mw") or 0) / 1000 if g.get("power_limit_mw") else ""]
+                 for g in gpus]))
+    links = nvml.get("links") or []
+    if links:
+        html += _table(["GPU", "GPU", "topology level", "P2P read", "NVLinks up (first GPU)"],
+                       [[lk.get("a"), lk.get("b"), lk.get("topology_level"), lk.get("p2p_read"),
+                         lk.get("nvlinks_up_on_a")] for lk in links])
+    return html
+
+
 def report_html(trace, races=None, report_command: str | None = None) -> str:
     """The report page as a string (see write_report)."""
     meta, header = trace.meta, trace.header
@@ -96,7 +118,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
            ("trace length", _ns(t_end)), ("trace file", str(trace.path)),
            ("format version", header.get("version", ""))]
     known = {"cmdline", "exe", "cwd", "pid", "hostname", "hooks_build", "backend_api_version",
-             "ggml_version", "ggml_commit"}
+             "ggml_version", "ggml_commit", "nvml"}
     env += [(f"meta: {k}", v) for k, v in meta.items() if k not in known]
     out.append("<h2>Environment</h2>" + _kv(env))
     b = trace.backends
@@ -106,6 +128,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
             b["backend"].tolist(), b["name"].astype(object), b["device_name"].astype(object),
             b["device_description"].astype(object), b["device_type"].astype(object),
             b["has_async"].tolist(), b["has_events"].tolist())]))
+    out.append(_gpus(getattr(trace, "nvml", None)))
     th = trace.threads
     out.append("<h3>Threads</h3>" + _table(
         ["thread", "os tid", "name"],
@@ -116,8 +139,10 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
     out.append("<h2>Command</h2><p>The traced program was run as:</p>"
                f"<pre>{_e(shlex.join(argv)) if argv else '(not recorded)'}</pre>")
     if argv:
+        flags = [f for f, on in (("--device-timing", (trace.device["source"] == "events").any()),
+                                 ("--cupti", meta.get("cupti") == "on")) if on]
         out.append("<p>Recorded with:</p><pre>"
-                   + _e(f"ggml-trace record -o {shlex.quote(name)} -- {shlex.join(argv)}")
+                   + _e(shlex.join(["ggml-trace", "record", *flags, "-o", name, "--", *argv]))
                    + "</pre>")
     if report_command:
         out.append(f"<p>This report: <code>{_e(report_command)}</code></p>")

@@ -128,3 +128,14 @@ def test_the_watcher_flags_the_ends_it_saw_late():
     assert len(late) >= 10 and len(on_time) >= 5
     assert (late["d_end"] >= -5_000).all()  # never before CUPTI's end (give or take 5 us)
     assert accuracy(late)["end_median_us"] > 10 * accuracy(on_time)["end_median_us"]
+
+
+def test_report_names_the_gpus_and_the_recording_flags(tmp_path):
+    t = analysis.load(DATA / "cuda-b10531-layer-2gpu-timed.ggmltrace")
+    out = tmp_path / "r.html"
+    analysis.write_report(t, out)
+    html = out.read_text()
+    for g in t.nvml["gpus"]:
+        assert g["uuid"] in html and g["pci_bus_id"] in html
+    assert "NVIDIA H200" in html and "ggml-trace record --device-timing --cupti -o" in html
+    assert '"gpus"' not in html  # the metadata as tables, not its raw JSON
