@@ -539,9 +539,9 @@ def _match_backends(backends, names: list[str], table: pd.DataFrame) -> np.ndarr
 
 
 def _counter_rows(trace, first_row: int) -> dict:
-    """Hook for GPU counter samples (utilisation, clocks, memory...): when a trace carries a
-    `gpu_samples` DataFrame with columns t (ns), device, metric, value, each (device, metric)
-    gets a row of its own with a line scaled to the row. Traces do not record samples yet."""
+    """GPU counter rows (utilisation, clocks, memory...): each (device, metric) of
+    `trace.gpu_samples` (columns t (ns), device, metric, value; NVML samples that
+    `ggml-trace record` stores) gets a row of its own with a line scaled to the row."""
     s = getattr(trace, "gpu_samples", None)
     if s is None or len(s) == 0:
         return {"labels": [], "traces": []}
