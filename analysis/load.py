@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from .trace_file import (
-    ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, KIND_IDS, NONE32, RawTrace, read_trace_file,
+    ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
+    KIND_IDS, NONE32, RawTrace, read_trace_file,
 )
 
 MISSING_STRING = "<missing string>"  # an id that no StringRec defines
@@ -36,8 +37,7 @@ DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqu
 DEVICE_SOURCES = ["device", "events", "cupti"]  # codes 0, 1 as in the records; 2: derived from CUPTI
 SOURCE_DTYPE = pd.CategoricalDtype(DEVICE_SOURCES)
 SOURCE_PRIORITY = {"device": 0, "cupti": 1, "events": 2}
-# CUPTI activity (REC_GPU kinds 1-3) and CUpti_ActivityMemcpyKind names.
-GPU_KERNEL, GPU_CORRELATION, GPU_API = 1, 4, 5
+# CUPTI activity (REC_GPU kinds kernel, memcpy, memset) and CUpti_ActivityMemcpyKind names.
 GPU_KIND_DTYPE = pd.CategoricalDtype(["kernel", "memcpy", "memset"])
 COPY_KINDS_CUPTI = ["unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
 COPY_KIND_DTYPE = pd.CategoricalDtype(COPY_KINDS_CUPTI)
@@ -581,7 +581,7 @@ class _Loader:
         g = self.raw.gpu
         corr = g[g["kind"] == GPU_CORRELATION]
         api = g[g["kind"] == GPU_API]
-        act = g[(g["kind"] >= 1) & (g["kind"] <= 3)]
+        act = g[(g["kind"] >= GPU_KERNEL) & (g["kind"] <= GPU_MEMSET)]
         act = _rows(act, np.argsort(act["t_begin_ns"], kind="stable"))
         # CUPTI's times are CLOCK_MONOTONIC through our timestamp callback, else CLOCK_REALTIME.
         realtime = meta.get("cupti.clock") == "realtime"
@@ -589,28 +589,29 @@ class _Loader:
         a_corr = act["correlation"].astype(np.uint64)
         # The launching call: through CUPTI's external correlation records (the call ids the
         # hooks pushed) ...
-        pos, hit = _match(corr["correlation"].astype(np.uint64), a_corr)
-        call_id = np.where(hit, corr["name"][pos] if len(corr) else 0, 0).astype(np.uint64)
+        pos = _lookup(corr["correlation"].astype(np.uint64), a_corr)
+        hit = pos >= 0
+        call_id = _take(corr["name"].astype(np.uint64), pos, 0)
         rows = np.where(hit, _lookup(self.c_id, call_id), -1)
         # ... else through the runtime API call that launched it: the innermost traced call on
         # the same thread that was running when the API call began.
-        pos, via_api = _match(api["correlation"].astype(np.uint64), a_corr)
-        via_api &= ~hit
-        if via_api.any():
+        api_pos = _lookup(api["correlation"].astype(np.uint64), a_corr)
+        via_api = np.flatnonzero(~hit & (api_pos >= 0))
+        if len(via_api):
+            pos = api_pos[via_api]
             th = self.raw.threads
-            tpos, known = _match(th["os_tid"].astype(np.uint64), api["stream"][pos[via_api]].astype(np.uint64))
-            thread = np.where(known, th["thread"][tpos].astype(np.int64), -1)
-            t_api = api["t_begin_ns"][pos[via_api]].astype(np.int64) - t0
-            found = self.enclosing_call(thread, t_api)
-            rows[np.flatnonzero(via_api)] = found
-            call_id[np.flatnonzero(via_api)] = np.where(found >= 0, self.c_id[np.maximum(found, 0)], 0)
+            tpos = _lookup(th["os_tid"].astype(np.uint64), api["stream"][pos].astype(np.uint64))
+            thread = _take(th["thread"].astype(np.int64), tpos, -1)
+            found = self.enclosing_call(thread, api["t_begin_ns"][pos].astype(np.int64) - t0)
+            rows[via_api] = found
+            call_id[via_api] = _take(self.c_id, found, 0)
             hit = rows >= 0
         cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
         kind = act["kind"].astype(np.int64)
         copy_kind = act["copy_kind"].astype(np.int64)
         is_kernel = kind == GPU_KERNEL
         return _frame({
-            "kind": _with_codes(np.where((kind >= 1) & (kind <= 3), kind - 1, -1), GPU_KIND_DTYPE),
+            "kind": _with_codes(kind - GPU_KERNEL, GPU_KIND_DTYPE),
             "name": self.names(np.where(is_kernel, act["name"], 0).astype(np.uint64)),
             "device": act["device"].astype(np.int64),
             "stream": act["stream"].astype(np.int64),
@@ -694,15 +695,6 @@ class _Loader:
             "metric": self.names(s["metric"]),
             "value": s["value"].astype(np.float64),
         })
-
-
-def _match(keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index into keys, found) of each query: the first equal key."""
-    if len(keys) == 0:
-        return np.zeros(len(queries), np.int64), np.zeros(len(queries), bool)
-    order = np.argsort(keys, kind="stable")
-    p = np.minimum(np.searchsorted(keys[order], queries), len(keys) - 1)
-    return order[p], keys[order][p] == queries
 
 
 def best_device_intervals(device: pd.DataFrame) -> pd.DataFrame:
