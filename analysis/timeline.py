@@ -27,7 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .load import COPY_KINDS, DEVICE_KIND, backend_labels, best_device_intervals
+from .load import COPY_KINDS, DEVICE_KIND, _lookup, _take, backend_labels, best_device_intervals
 
 ROW_DETAIL = 2000      # a row with more intervals than this in view is aggregated
 LOD_BINS = 1000        # aggregation bins across the view
@@ -293,10 +293,8 @@ class _Model:
         kind = self.kinds.index("kernel") + _codes(g["kind"])
         # the launching call's thread, for "enqueued by"
         calls = self.trace.calls
-        th = pd.Series(calls["thread"].to_numpy(np.int64), index=calls["call_id"].to_numpy(np.uint64))
-        th = th[~th.index.duplicated()]
-        cid = np.asarray(g["call_id"].astype("Float64").fillna(0), np.float64).astype(np.uint64)
-        thread = th.reindex(cid).fillna(NONE).to_numpy(np.int64)
+        cid = g["call_id"].fillna(0).to_numpy(np.uint64)
+        thread = _take(calls["thread"].to_numpy(np.int64), _lookup(calls["call_id"].to_numpy(np.uint64), cid), NONE)
         out = pd.DataFrame({
             "call_id": cid,
             "kind": kind, "t0": g["t_begin"].to_numpy(np.int64), "t1": g["t_end"].to_numpy(np.int64),
