@@ -4,9 +4,9 @@ and Parquet (one file per DataFrame). See docs/timeline.md.
 Perfetto JSON layout: the traced process is one process with a track per host thread; each
 backend is a process of its own ("VDEV0 · …") with an execution track, a CUPTI kernels track
 when the trace has them, and one copies track per direction, the same rows as `analysis.timeline`;
-NVML samples are counter tracks ("C") of a "GPU counters" process. Intervals are complete events ("X"); where
-intervals on one track overlap without nesting (complete events must nest), they become async
-slices ("b"/"e"). Flow arrows ("s"/"f", bp "e") link each submission to its device execution
+NVML samples are counter tracks ("C") of a "GPU counters" process. Intervals are complete
+events ("X"); where intervals on one track overlap without nesting (complete events must nest),
+they become async slices ("b"/"e"). Flow arrows ("s"/"f", bp "e") link each submission to its device execution
 and each event record to its waits.
 """
 from __future__ import annotations

@@ -617,8 +617,8 @@ class _Loader:
             "stream": act["stream"].astype(np.int64),
             "t_begin": act["t_begin_ns"].astype(np.int64) - t0,
             "t_end": act["t_end_ns"].astype(np.int64) - t0,
-            "copy_kind": _with_codes(np.where(~is_kernel & (copy_kind < len(COPY_KINDS_CUPTI)), copy_kind, -1),
-                                     COPY_KIND_DTYPE),
+            "copy_kind": _with_codes(np.where(~is_kernel & (copy_kind < len(COPY_KINDS_CUPTI)),
+                                              copy_kind, -1), COPY_KIND_DTYPE),
             "bytes": np.where(is_kernel, 0, act["bytes"]).astype(np.int64),
             "grid": np.where(is_kernel, act["bytes"], 0).astype(np.int64),
             "correlation": act["correlation"].astype(np.int64),
@@ -702,7 +702,8 @@ def best_device_intervals(device: pd.DataFrame) -> pd.DataFrame:
     view of when work ran, where a virtual device, CUPTI and the event watcher all saw it."""
     if len(device) == 0 or device["source"].nunique() <= 1:
         return device
-    prio = device["source"].astype(object).map(SOURCE_PRIORITY).fillna(len(SOURCE_PRIORITY)).to_numpy(np.int64)
+    prio = (device["source"].astype(object).map(SOURCE_PRIORITY)
+            .fillna(len(SOURCE_PRIORITY)).to_numpy(np.int64))
     best = pd.Series(prio).groupby(device["call_id"].to_numpy()).transform("min").to_numpy()
     return device[prio == best]
 

@@ -294,7 +294,8 @@ class _Model:
         # the launching call's thread, for "enqueued by"
         calls = self.trace.calls
         cid = g["call_id"].fillna(0).to_numpy(np.uint64)
-        thread = _take(calls["thread"].to_numpy(np.int64), _lookup(calls["call_id"].to_numpy(np.uint64), cid), NONE)
+        thread = _take(calls["thread"].to_numpy(np.int64),
+                       _lookup(calls["call_id"].to_numpy(np.uint64), cid), NONE)
         out = pd.DataFrame({
             "call_id": cid,
             "kind": kind, "t0": g["t_begin"].to_numpy(np.int64), "t1": g["t_end"].to_numpy(np.int64),
