@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 import analysis
+from test_load import check_dtypes
 
 DATA = Path(__file__).parent / "data"
 
@@ -52,6 +53,7 @@ TIMED = ["cuda-b10531-layer-2gpu-timed", "cuda-b10531-simple-1gpu-timed", "cuda-
 @pytest.mark.parametrize("name", TIMED)
 def test_cupti_activity_is_tied_to_the_calls_that_launched_it(name):
     t = analysis.load(DATA / f"{name}.ggmltrace")
+    check_dtypes(t)  # the documented schemas, with every GPU frame filled
     assert t.meta["cupti"] == "on" and t.meta["cupti.clock"] == "monotonic"
     g = t.gpu
     assert (g["kind"] == "kernel").sum() > 500 and (g["kind"] == "memcpy").any()

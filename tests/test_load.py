@@ -53,6 +53,13 @@ EXPECTED_DTYPES = {
     "marks": {"kind": "category", "name": "category", "thread": "int64", "t_begin": "int64",
               "t_end": "int64"},
     "gpu_samples": {"t": "int64", "device": "int64", "metric": "category", "value": "float64"},
+    "device": {"call_id": "uint64", "kind": "category", "backend": "category", "graph": "Int64",
+               "split": "Int64", "t_begin": "int64", "t_end": "int64", "thread": "int64",
+               "source": "category", "start_estimated": "bool", "end_late": "bool"},
+    "gpu": {"kind": "category", "name": "category", "device": "int64", "stream": "int64",
+            "t_begin": "int64", "t_end": "int64", "copy_kind": "category", "bytes": "int64",
+            "grid": "int64", "correlation": "int64", "call_id": "UInt64", "call_kind": "category",
+            "backend": "category", "graph": "Int64", "split": "Int64"},
 }
 
 
