@@ -60,6 +60,8 @@ def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str = "Int64"):
 
 def _take(values: np.ndarray, idx: np.ndarray, fill):
     """values[idx], with `fill` where idx == -1."""
+    if fill < 0 and values.dtype.kind == "u":  # never put a negative int in an unsigned array
+        values = values.astype(np.int64)
     if len(values) == 0:
         return np.full(len(idx), fill, dtype=values.dtype)
     if len(idx) == 0 or idx.min() >= 0:
@@ -559,7 +561,7 @@ class _Loader:
         for c in ("graph", "split"):
             v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
             cols[c] = _nullable(v[src], na[src])
-        flags = self.c_flags[rows]
+        flags = self.c_flags[rows].astype(np.int64)  # int64 first: -1 below must fit
         source = (flags >> 4) & 3
         return _frame({
             "call_id": self.c_obj[rows],
@@ -570,7 +572,7 @@ class _Loader:
             "t_begin": self.c_t_begin[rows],
             "t_end": self.c_t_end[rows],
             "thread": self.c_thread[rows],
-            "source": _with_codes(np.where(source < 2, source, -1).astype(np.int64), SOURCE_DTYPE),
+            "source": _with_codes(np.where(source < 2, source, -1), SOURCE_DTYPE),
             "start_estimated": (flags & 0x40) != 0,
             "end_late": (flags & 0x80) != 0,
         })
