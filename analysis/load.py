@@ -31,6 +31,9 @@ EVENT_KINDS = ["event_record", "event_wait", "event_synchronize", "event_new", "
 SYNC_KINDS = ["synchronize", "event_record", "event_wait", "event_synchronize", "event_new",
               "event_free", "sched_synchronize"]
 MARK_KINDS = ["user_mark", "user_range"]
+DELAY_KIND = "delay"  # a delay injected on purpose (GGML_TRACE_DELAY); obj = the delayed call
+DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream"])  # flags bits 1-2
+DELAY_RULE_SHIFT = 48  # arg = rule << 48 | requested ns
 DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqueuing call
 # Who observed a device interval, best first: the device itself (a virtual device's worker),
 # CUPTI's kernel and copy records, the event watcher (GGML_TRACE_DEVICE_TIMING).
@@ -161,6 +164,7 @@ class Trace:
     device: pd.DataFrame
     gpu: pd.DataFrame
     gpu_samples: pd.DataFrame
+    delays: pd.DataFrame
 
     def __init__(self, path: str, header: dict, meta: dict, strings: dict[int, str],
                  warnings: list[str], nvml: dict | None = None, **frames: pd.DataFrame):
@@ -674,6 +678,29 @@ class _Loader:
             "start_estimated": np.zeros(n, bool), "end_late": np.zeros(n, bool),
         })
 
+    def delays(self, calls: pd.DataFrame, device: pd.DataFrame) -> pd.DataFrame:
+        """The injected delays, each with the call it delayed (target_*) and, where a queue or
+        stream ran it, when that was (device_begin/device_end: its device_exec record)."""
+        df, rows = self.sub(calls, [DELAY_KIND], ["call_id", "backend", "graph", "split",
+                                                  "thread", "t_begin", "t_end"])
+        target = self.c_obj[rows]
+        trow = _lookup(self.c_id, target)
+        arg = self.c_arg[rows]
+        flags = self.c_flags[rows].astype(np.int64)
+        where = (flags >> 1) & 3
+        dev = device[device["kind"] == DELAY_KIND]
+        drow = _lookup(dev["call_id"].to_numpy(np.uint64), df["call_id"].to_numpy(np.uint64))
+        miss = drow < 0
+        df.insert(1, "target_call_id", target)
+        df.insert(2, "target_kind", self.call_columns(trow, ["kind"])["kind"])
+        df["requested_ns"] = (arg & np.uint64((1 << DELAY_RULE_SHIFT) - 1)).astype(np.int64)
+        df["where"] = _with_codes(np.where(where < 3, where, -1), DELAY_WHERE)
+        df["rule"] = (arg >> np.uint64(DELAY_RULE_SHIFT)).astype(np.int64)
+        df["failed"] = (flags & 1) != 0
+        df["device_begin"] = _nullable(_take(dev["t_begin"].to_numpy(np.int64), drow, 0), miss)
+        df["device_end"] = _nullable(_take(dev["t_end"].to_numpy(np.int64), drow, 0), miss)
+        return df
+
     def marks(self, calls: pd.DataFrame) -> pd.DataFrame:
         df, rows = self.sub(calls, MARK_KINDS, ["kind", "thread", "t_begin", "t_end"])
         df.insert(1, "name", self.names(self.c_obj[rows]))
@@ -742,7 +769,8 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
                  threads=threads, backends=backends, buffers=buffers, calls=calls,
                  splits=ld.splits(calls, copies), copies=copies, sync=ld.sync(calls),
                  accesses=accesses, allocations=allocations, marks=ld.marks(calls),
-                 device=device, gpu=gpu, gpu_samples=ld.gpu_samples())
+                 device=device, gpu=gpu, gpu_samples=ld.gpu_samples(),
+                 delays=ld.delays(calls, device))
 
 
 def backend_labels(backends: pd.DataFrame) -> list[str]:

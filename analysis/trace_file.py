@@ -48,7 +48,7 @@ CALL_KINDS: dict[int, str] = {
     51: "buf_get_tensor_2d", 52: "buf_cpy_tensor", 53: "buf_memset_tensor", 54: "buf_clear",
     55: "buf_alloc", 56: "buf_free",
     64: "user_mark", 65: "user_range",
-    80: "device_exec",
+    80: "device_exec", 81: "delay",
 }
 KIND_IDS: dict[str, int] = {v: k for k, v in CALL_KINDS.items()}
 

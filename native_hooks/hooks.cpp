@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "cupti_mode.h"
+#include "delay.h"
 #include "device_timing.h"
 #include "ggml_api.h"
 #include "registry.h"
@@ -490,6 +491,7 @@ enum ggml_status hook_graph_compute(ggml_backend_t backend, ggml_cgraph * graph)
         return e.orig.graph_compute(backend, graph);
     }
     CallScope c(K_GRAPH_COMPUTE);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, graph, nullptr, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     enum ggml_status st = e.orig.graph_compute(backend, graph);
     device_timing_end(timed, backend, c.r);
@@ -511,6 +513,7 @@ bool hook_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backen
         return e.orig.cpy_tensor_async(src_backend, dst_backend, src, dst);
     }
     CallScope c(K_CPY_TENSOR_ASYNC);
+    if (delay_on()) delay_before(c.r, dst_backend, e.index, e.orig, nullptr, src, dst);
     TimedOp timed = device_timing_begin(dst_backend, e.index, e.orig);
     bool ok = e.orig.cpy_tensor_async(src_backend, dst_backend, src, dst);
     if (ok) {
@@ -538,6 +541,7 @@ void hook_set_tensor_async(ggml_backend_t backend, ggml_tensor * t, const void *
         return e.orig.set_tensor_async(backend, t, data, offset, size);
     }
     CallScope c(K_SET_TENSOR_ASYNC);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, t, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.set_tensor_async(backend, t, data, offset, size);
     device_timing_end(timed, backend, c.r);
@@ -555,6 +559,7 @@ void hook_get_tensor_async(ggml_backend_t backend, const ggml_tensor * t, void *
         return e.orig.get_tensor_async(backend, t, data, offset, size);
     }
     CallScope c(K_GET_TENSOR_ASYNC);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, t, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.get_tensor_async(backend, t, data, offset, size);
     device_timing_end(timed, backend, c.r);
@@ -574,6 +579,7 @@ void hook_set_tensor_2d_async(ggml_backend_t backend, ggml_tensor * t, const voi
         return e.orig.set_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
     }
     CallScope c(K_SET_TENSOR_2D_ASYNC);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, t, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.set_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
     device_timing_end(timed, backend, c.r);
@@ -592,6 +598,7 @@ void hook_get_tensor_2d_async(ggml_backend_t backend, const ggml_tensor * t, voi
         return e.orig.get_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
     }
     CallScope c(K_GET_TENSOR_2D_ASYNC);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, t, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.get_tensor_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
     device_timing_end(timed, backend, c.r);
@@ -610,6 +617,7 @@ void hook_synchronize(ggml_backend_t backend) {
         return e.orig.synchronize(backend);
     }
     CallScope c(K_SYNCHRONIZE);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, nullptr, nullptr);
     e.orig.synchronize(backend);
     c.r.backend = e.index;
     c.commit();
@@ -621,6 +629,7 @@ void hook_event_record(ggml_backend_t backend, ggml_backend_event_t event) {
         return e.orig.event_record(backend, event);
     }
     CallScope c(K_EVENT_RECORD);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, nullptr, nullptr);
     e.orig.event_record(backend, event);
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) event;
@@ -633,6 +642,7 @@ void hook_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
         return e.orig.event_wait(backend, event);
     }
     CallScope c(K_EVENT_WAIT);
+    if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, nullptr, nullptr);
     e.orig.event_wait(backend, event);
     device_timing_waited(e.index);
     c.r.backend = e.index;
@@ -823,6 +833,25 @@ SchedObjects g_sched_objects[MAX_SCHEDS];
 
 // ---------------------------------------------------------------- start-up
 
+// The environment variables that shape a ggml run (NUL-separated KEY=VALUE), to re-run it; not
+// the injection itself, nor the trace's own output and delay rules (recorded apart).
+size_t program_env(char * buf, size_t cap) {
+    static const char * prefixes[] = {"GGML_", "LLAMA_", "CUDA_", "HIP_", "VK_", "OMP_", "OPENBLAS_", "MESA_", "LP_"};
+    static const char * skip[] = {"GGML_TRACE_OUTPUT=", "GGML_TRACE_DELAY="};
+    size_t len = 0;
+    for (char ** e = environ; *e; e++) {
+        bool keep = false;
+        for (const char * p : prefixes) keep = keep || strncmp(*e, p, strlen(p)) == 0;
+        for (const char * p : skip) keep = keep && strncmp(*e, p, strlen(p)) != 0;
+        size_t n = strlen(*e) + 1;
+        if (keep && len + n <= cap) {
+            memcpy(buf + len, *e, n);
+            len += n;
+        }
+    }
+    return len;
+}
+
 void write_process_meta() {
     char buf[1 << 16];
     int fd = open("/proc/self/cmdline", O_RDONLY);
@@ -840,6 +869,7 @@ void write_process_meta() {
     if (getcwd(buf, sizeof(buf))) {
         write_meta("cwd", buf, strlen(buf));
     }
+    write_meta("env", buf, program_env(buf, sizeof(buf)));
     snprintf(buf, sizeof(buf), "%d", (int) getpid());
     write_meta("pid", buf, strlen(buf));
     if (gethostname(buf, sizeof(buf)) == 0) {
@@ -882,6 +912,7 @@ void at_exit() {
 std::once_flag g_writer_once;
 void init_writer() {
     const char * out = getenv("GGML_TRACE_OUTPUT");
+    delay_init(out && *out);  // exits when GGML_TRACE_DELAY does not parse
     if (!out || !*out) {
         return;  // loaded but not asked to trace: every hook passes straight through
     }
@@ -889,6 +920,7 @@ void init_writer() {
     g_capture.store(!(paused && *paused == '1'));
     if (open_output(out)) {
         write_process_meta();
+        delay_start();
         device_timing_init();
         cupti_start();
         atexit(at_exit);

@@ -70,8 +70,18 @@ enum CallKind : uint8_t {
     // flags bits 4-5 say who observed it (DeviceSource); bit 6: the start is an estimate; bit 7:
     // the end was already past when the observer looked (the end time is an upper bound).
     K_DEVICE_EXEC = 80,
+    // A delay injected on purpose (GGML_TRACE_DELAY) before the call whose call_id is in obj;
+    // t_begin/t_end: when the host injected it (for a host delay: the sleep itself).
+    // flags bits 1-2: where it acted (DelayWhere); bit0: it could not be injected.
+    // arg: rule index << 48 | requested nanoseconds. Where a queue or stream ran it, a
+    // K_DEVICE_EXEC record with obj = this call's call_id says when.
+    K_DELAY = 81,
 };
-enum DeviceSource : uint8_t { SRC_DEVICE = 0, SRC_EVENTS = 1 };
+enum DelayWhere : uint8_t { DELAY_HOST = 0, DELAY_QUEUE = 1, DELAY_STREAM = 2 };
+static const uint8_t DELAY_WHERE_SHIFT = 1;
+static const int DELAY_RULE_SHIFT = 48;
+// SRC_MARKERS: [t_begin, t_end] bounds the operation (it started after t_begin, ended by t_end).
+enum DeviceSource : uint8_t { SRC_DEVICE = 0, SRC_EVENTS = 1, SRC_MARKERS = 2 };
 static const uint8_t DEVICE_SOURCE_SHIFT = 4;
 static const uint8_t DEVICE_START_ESTIMATED = 0x40;
 static const uint8_t DEVICE_END_LATE = 0x80;

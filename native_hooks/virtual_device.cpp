@@ -27,6 +27,7 @@
 
 #include "ggml-backend-impl.h"
 #include "ggml-impl.h"
+#include "delay_rules.h"
 #include "ggml_api.h"
 #include "registry.h"
 #include "trace_writer.h"
@@ -67,7 +68,7 @@ struct Event {  // completes when its stream has finished the work enqueued befo
 };
 
 struct Op {
-    enum Kind { COMPUTE, COPY, WAIT } kind;
+    enum Kind { COMPUTE, COPY, WAIT, DELAY } kind;
     uint64_t seq = 0;
     // COMPUTE: private copies of the split's tensors (the scheduler may rebuild its graph before
     // the work runs, as with a real GPU that captured everything at launch)
@@ -80,6 +81,8 @@ struct Op {
     // WAIT
     Stream * wait_stream = nullptr;
     uint64_t wait_seq = 0;
+    // DELAY: the queue stalls this long (an injected delay, see delay.cpp)
+    uint64_t delay_ns = 0;
     // trace linkage
     CallContext call;
 };
@@ -198,6 +201,10 @@ void worker_main(Stream * s) {
         }
         if (op->kind == Op::WAIT) {
             wait_for(op->wait_stream, op->wait_seq);
+        } else if (op->kind == Op::DELAY) {
+            uint64_t t0 = now_ticks();
+            delay_sleep_ns(op->delay_ns);
+            record_exec(s, op, t0, now_ticks());
         } else {
             delay(s, op->kind == Op::COPY ? op->size : 0);
             uint64_t t0 = now_ticks();
@@ -218,8 +225,9 @@ void worker_main(Stream * s) {
     }
 }
 
-uint64_t enqueue(Stream * s, Op * op) {
-    op->call = current_call();
+// `call`: the host call the op belongs to (default: the one now enqueuing).
+uint64_t enqueue(Stream * s, Op * op, const CallContext * call = nullptr) {
+    op->call = call ? *call : current_call();
     std::lock_guard<std::mutex> lock(s->m);
     op->seq = ++s->enqueued;
     s->ops.push_back(op);
@@ -510,6 +518,17 @@ template <typename T> bool resolve(T & fn, const char * name, bool next = false)
 }
 
 }  // namespace
+
+bool vdev_delay(ggml_backend_t backend, uint64_t ns, const CallContext & delay_call) {
+    if (g_n_devices == 0 || backend->iface.get_name != be_get_name) {
+        return false;
+    }
+    Op * op = new Op();
+    op->kind = Op::DELAY;
+    op->delay_ns = ns;
+    enqueue(stream_of(backend), op, &delay_call);
+    return true;
+}
 
 CallContext & current_call() {
     static thread_local CallContext c;

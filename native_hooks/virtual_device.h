@@ -2,6 +2,8 @@
 #pragma once
 #include <stdint.h>
 
+struct ggml_backend;
+
 namespace ggml_trace {
 
 // The host call now enqueuing work (set by the hooks around each traced call), so that work run
@@ -12,6 +14,10 @@ struct CallContext {
     int32_t split = -1;
 };
 CallContext & current_call();
+
+// If `backend` is a virtual device's: its queue stalls `ns` nanoseconds after the work queued so
+// far (the caller does not wait), and the stall is recorded as device work of `delay_call`.
+bool vdev_delay(struct ggml_backend * backend, uint64_t ns, const CallContext & delay_call);
 
 // Registers GGML_TRACE_VIRTUAL_DEVICES=N devices with ggml; false when none were asked for or
 // this ggml lacks what they need (said on stderr).

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from . import hooks as hooks_mod
+from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from .record import record
 
 
@@ -33,8 +34,15 @@ def cmd_record(args) -> int:
                                    ("GGML_TRACE_CUPTI", args.cupti)) if on}
     if timing:
         env = dict(env or os.environ, **timing)
-    rec = record(args.cmd, lib, Path(args.output), paused=args.paused, env=env, nvml=args.nvml,
-                 nvml_interval_ms=args.nvml_interval_ms)
+    try:
+        rec = record(args.cmd, lib, Path(args.output), paused=args.paused, env=env, nvml=args.nvml,
+                     nvml_interval_ms=args.nvml_interval_ms, delays=args.delay)
+    except DelaySpecError as e:
+        print(f"ggml-trace record: {e} (see docs/delay.md)", file=sys.stderr)
+        return 2
+    rules = ";".join(args.delay or []) or (env or os.environ).get(DELAY_ENV, "")
+    if rules:
+        print(f"ggml-trace: delay rules in effect: {rules} (injected delays: trace.delays)", file=sys.stderr)
     if not rec.traces:
         print(f"ggml-trace: {args.cmd[0]} ({rec.describe_exit()}) wrote no trace: it never created a "
               "ggml backend scheduler, or the hooks did not match its ggml (see the message above)",
@@ -139,6 +147,9 @@ def main(argv=None) -> int:
                    help="time each operation on devices with events (a watcher thread per backend)")
     p.add_argument("--cupti", action="store_true",
                    help="CUDA: collect kernel and memcpy activity with CUPTI, loaded at run time")
+    p.add_argument("--delay", action="append", metavar="SPEC",
+                   help="inject a delay before the operations SPEC selects, e.g. "
+                        "'VDEV0:graph_compute,split=1:2000' (repeatable; docs/delay.md)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     p.set_defaults(fn=cmd_record)
 

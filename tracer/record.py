@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import delay_spec
 from .nvml import NvmlSampler, gpu_metadata
 
 
@@ -44,9 +45,15 @@ def clear_traces(output: Path):
         old.unlink(missing_ok=True)
 
 
-def trace_env(hooks: Path, output: Path, paused: bool = False, base=None) -> dict:
-    """Environment that makes a program (and the programs it starts) trace into `output`."""
+def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays=None) -> dict:
+    """Environment that makes a program (and the programs it starts) trace into `output`.
+    `delays`: delay rules to inject (docs/delay.md), in place of any GGML_TRACE_DELAY the
+    environment holds; either is checked here (DelaySpecError if a rule is bad)."""
     env = dict(os.environ if base is None else base)
+    if delays:
+        env[delay_spec.ENV] = delay_spec.env_value(delays)
+    elif env.get(delay_spec.ENV):
+        delay_spec.parse([env[delay_spec.ENV]])
     preload = [str(hooks)] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
     env["LD_PRELOAD"] = ":".join(preload)
     env["GGML_TRACE_OUTPUT"] = str(output)
@@ -56,14 +63,15 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None) -> dic
 
 
 def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: bool = False,
-           nvml_interval_ms: float = 20.0, **popen_kwargs) -> Recording:
+           nvml_interval_ms: float = 20.0, delays=None, **popen_kwargs) -> Recording:
     """Runs `cmd` to completion under the hooks; signals sent to us are passed on to it.
+    `delays`: delay rules (`--delay`), checked before anything runs (DelaySpecError).
 
     nvml=True samples the GPUs' counters while it runs and adds them, with the GPUs' metadata,
     to every trace file of the run."""
     output = Path(output).resolve()
+    env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None), delays)
     clear_traces(output)
-    env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None))
     sampler = NvmlSampler(nvml_interval_ms) if nvml else None
     with sampler or contextlib.nullcontext():
         proc = subprocess.Popen(cmd, env=env, **popen_kwargs)

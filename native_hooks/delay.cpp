@@ -1,0 +1,344 @@
+#include "delay.h"
+
+#include <dlfcn.h>
+#include <fnmatch.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "device_timing.h"
+#include "ggml_api.h"
+#include "registry.h"
+#include "trace_writer.h"
+#include "virtual_device.h"
+
+namespace ggml_trace {
+
+namespace {
+
+// ---------------------------------------------------------------- rule set-up
+
+std::once_flag g_ops_once;
+
+// op= names are checked against the program's own ggml (its op list changes between versions).
+void resolve_ops() {
+    const char * (*op_name)(enum ggml_op) = nullptr;
+    resolve_symbol(op_name, "ggml_op_name", false, "delay rules with op=");
+    for (int i = 0; i < g_delay_n_rules; i++) {
+        DelayRule & r = g_delay_rules[i];
+        if (!r.op[0]) continue;
+        for (int op = 0; op_name && op < GGML_OP_COUNT && r.op_id < 0; op++) {
+            const char * name = op_name((enum ggml_op) op);
+            if (name && strcmp(name, r.op) == 0) r.op_id = op;
+        }
+        if (r.op_id < 0) {
+            fprintf(stderr, "ggml-trace: bad delay rule '%s': %s is not an op of this ggml (e.g. ADD, MUL_MAT, SOFT_MAX)\n",
+                    r.text, r.op);
+            exit(2);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- tensor names
+
+bool name_matches(const ggml_tensor * t, const char * glob) { return t && fnmatch(glob, t->name, 0) == 0; }
+
+bool graph_has_tensor(const void * ctx, const char * glob) {
+    ggml_cgraph * graph = (ggml_cgraph *) ctx;
+    int n = g_api.graph_n_nodes(graph);
+    for (int i = 0; i < n; i++) {
+        if (name_matches(g_api.graph_node(graph, i), glob)) return true;
+    }
+    return false;
+}
+
+struct TensorPair {
+    const ggml_tensor * a;
+    const ggml_tensor * b;
+};
+
+bool pair_has_tensor(const void * ctx, const char * glob) {
+    const TensorPair * p = (const TensorPair *) ctx;
+    return name_matches(p->a, glob) || name_matches(p->b, glob);
+}
+
+// ---------------------------------------------------------------- records
+
+void write_delay(const CallRec & target, uint32_t index, const DelayHit & h, uint64_t id, uint8_t where, bool failed,
+                 uint64_t t0, uint64_t t1) {
+    CallRec * r = (CallRec *) reserve_record();
+    if (!r) return;
+    r->kind = K_DELAY;
+    r->sched = target.sched;
+    r->flags = (uint8_t) (where << DELAY_WHERE_SHIFT) | (failed ? 1 : 0);
+    r->thread = thread_index();
+    r->t_begin = t0;
+    r->t_end = t1;
+    r->call_id = id;
+    r->backend = index;
+    r->backend2 = NONE32;
+    r->graph = target.graph;
+    r->split = target.split;
+    r->obj = target.call_id;
+    r->arg = ((uint64_t) h.rule << DELAY_RULE_SHIFT) | (h.ns & ((1ull << DELAY_RULE_SHIFT) - 1));
+    commit_record(r, REC_CALL);
+}
+
+// When a queue or stream ran the delay (obj: the delay's call_id), like a virtual device's work.
+void write_device_exec(const CallContext & delay, uint32_t index, uint64_t t0, uint64_t t1) {
+    CallRec * r = (CallRec *) reserve_record();
+    if (!r) return;
+    r->kind = K_DEVICE_EXEC;
+    r->sched = 0xff;
+    r->flags = SRC_DEVICE << DEVICE_SOURCE_SHIFT;
+    r->thread = thread_index();
+    r->t_begin = t0;
+    r->t_end = t1;
+    r->call_id = next_call_id();
+    r->backend = index;
+    r->backend2 = NONE32;
+    r->graph = delay.graph;
+    r->split = delay.split;
+    r->obj = delay.call_id;
+    commit_record(r, REC_CALL);
+}
+
+// ---------------------------------------------------------------- CUDA streams
+
+// The CUDA runtime the program already loaded (the hooks do not link CUDA). Handles are pointers
+// and errors ints, as in cuda_runtime_api.h.
+struct CudaRt {
+    int (*launch_host_func)(void * stream, void (*fn)(void *), void * arg);
+    int (*event_record)(void * event, void * stream);
+    int (*stream_wait_event)(void * stream, void * event, unsigned flags);
+    int (*stream_create_with_flags)(void ** stream, unsigned flags);
+    const char * (*error_string)(int);
+    bool ok;
+};
+CudaRt g_cuda;
+std::once_flag g_cuda_once;
+const unsigned CUDA_STREAM_NON_BLOCKING = 1;
+
+int find_loaded(struct dl_phdr_info * info, size_t, void * out) {
+    const char * name = info->dlpi_name;
+    if (name && (strstr(name, "libcudart.so") || strstr(name, "libggml-cuda.so"))) {
+        if (void * h = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) {
+            if (dlsym(h, "cudaLaunchHostFunc")) {
+                *(void **) out = h;
+                return 1;
+            }
+            dlclose(h);
+        }
+    }
+    return 0;
+}
+
+void resolve_cuda() {
+    // A backend library opened with RTLD_LOCAL keeps its runtime out of the global scope: then
+    // look for the runtime (or a static one inside ggml-cuda) among the loaded objects.
+    void * lib = RTLD_DEFAULT;
+    if (!dlsym(lib, "cudaLaunchHostFunc")) {
+        lib = nullptr;
+        dl_iterate_phdr(find_loaded, &lib);
+    }
+    if (lib) {
+        g_cuda.launch_host_func = (decltype(g_cuda.launch_host_func)) dlsym(lib, "cudaLaunchHostFunc");
+        g_cuda.event_record = (decltype(g_cuda.event_record)) dlsym(lib, "cudaEventRecord");
+        g_cuda.stream_wait_event = (decltype(g_cuda.stream_wait_event)) dlsym(lib, "cudaStreamWaitEvent");
+        g_cuda.stream_create_with_flags = (decltype(g_cuda.stream_create_with_flags)) dlsym(lib, "cudaStreamCreateWithFlags");
+        g_cuda.error_string = (decltype(g_cuda.error_string)) dlsym(lib, "cudaGetErrorString");
+    }
+    g_cuda.ok = g_cuda.launch_host_func && g_cuda.event_record && g_cuda.stream_wait_event && g_cuda.stream_create_with_flags;
+}
+
+// Per CUDA backend: a private stream on its device and two of the device's events (ggml-cuda's
+// event context is a cudaEvent_t). A wait captures the event's latest record when it is issued,
+// so re-recording them for the next delay does not disturb the waits already queued.
+struct StreamQueue {
+    std::mutex m;
+    ggml_backend_t backend = nullptr;
+    void * stream = nullptr;
+    ggml_backend_event_t tail = nullptr, done = nullptr;
+    bool failed = false;
+};
+StreamQueue g_queues[MAX_BACKENDS];
+
+struct StreamDelay {
+    uint64_t ns;
+    CallContext delay;
+    uint32_t index;
+};
+
+// Runs on CUDA's callback thread when the private stream reaches it: the stall itself.
+void on_stream(void * arg) {
+    StreamDelay * d = (StreamDelay *) arg;
+    uint64_t t0 = now_ticks();
+    delay_sleep_ns(d->ns);
+    write_device_exec(d->delay, d->index, t0, now_ticks());
+    delete d;
+}
+
+bool is_cuda(ggml_backend_t backend) {
+    static const char * (*reg_name)(ggml_backend_reg_t) = (const char * (*)(ggml_backend_reg_t)) ggml_symbol("ggml_backend_reg_name");
+    ggml_backend_dev_t dev = g_api.backend_get_device(backend);
+    ggml_backend_reg_t reg = dev && g_api.dev_backend_reg ? g_api.dev_backend_reg(dev) : nullptr;
+    return reg && reg_name && strcmp(reg_name(reg), "CUDA") == 0;
+}
+
+void cuda_warn(const char * what, int err) {
+    fprintf(stderr, "ggml-trace: CUDA stream delays: %s (%s); delaying on the host instead\n", what,
+            err && g_cuda.error_string ? g_cuda.error_string(err) : "not found");
+}
+
+// The events and the stream are made on a thread of our own: ggml-cuda's event_new switches the
+// calling thread's current device, which must not happen to the program's threads.
+bool open_queue(StreamQueue & q, ggml_backend_t backend) {
+    ggml_backend_dev_t dev = g_api.backend_get_device(backend);
+    DeviceEntry * de = find_device(dev);
+    ggml_backend_event_t (*event_new)(ggml_backend_dev_t) = de ? de->orig.event_new : dev->iface.event_new;
+    int err = 0;
+    q.backend = backend;
+    q.failed = true;
+    if (!event_new) {
+        cuda_warn("the device has no events", 0);
+        return false;
+    }
+    std::thread([&] {
+        q.tail = event_new(dev);
+        q.done = event_new(dev);  // leaves this thread on the backend's device: the stream goes there
+        if (q.tail && q.done) err = g_cuda.stream_create_with_flags(&q.stream, CUDA_STREAM_NON_BLOCKING);
+    }).join();
+    if (!q.tail || !q.done || err) {
+        cuda_warn("cannot create the private stream", err);
+        return false;
+    }
+    q.failed = false;
+    return true;
+}
+
+enum Injected { INJ_NO, INJ_YES, INJ_FAILED };
+
+// The private stream waits for the backend stream's work so far, sleeps, records `done`; the
+// backend stream waits for `done`. So the backend stream stalls `ns` at this point of its queue.
+Injected stream_delay(ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig, uint64_t ns,
+                      const CallContext & delay) {
+    std::call_once(g_cuda_once, resolve_cuda);
+    if (!g_cuda.ok || index >= (uint32_t) MAX_BACKENDS || !orig.event_record || !orig.event_wait) {
+        static std::once_flag warned;
+        std::call_once(warned, [] { cuda_warn("the CUDA runtime or the backend's events are not available", 0); });
+        return INJ_NO;
+    }
+    StreamQueue & q = g_queues[index];
+    std::lock_guard<std::mutex> lock(q.m);
+    if (q.backend != backend && !open_queue(q, backend)) return INJ_NO;
+    if (q.failed) return INJ_NO;
+    orig.event_record(backend, q.tail);
+    int err = g_cuda.stream_wait_event(q.stream, q.tail->context, 0);
+    if (err) {
+        cuda_warn("cudaStreamWaitEvent failed", err);
+        return INJ_NO;
+    }
+    StreamDelay * d = new StreamDelay{ns, delay, index};
+    err = g_cuda.launch_host_func(q.stream, on_stream, d);
+    if (err) {
+        delete d;
+        cuda_warn("cudaLaunchHostFunc failed", err);
+        return INJ_NO;
+    }
+    err = g_cuda.event_record(q.done->context, q.stream);
+    if (err) {  // the sleep is queued but the backend's stream will not wait for it
+        fprintf(stderr, "ggml-trace: CUDA stream delays: cudaEventRecord failed (%s)\n",
+                g_cuda.error_string ? g_cuda.error_string(err) : "?");
+        q.failed = true;
+        return INJ_FAILED;
+    }
+    orig.event_wait(backend, q.done);
+    device_timing_waited(index);  // the event watcher must time the next operation's start
+    return INJ_YES;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- interface
+
+void delay_init(bool tracing) {
+    const char * text = getenv("GGML_TRACE_DELAY");
+    if (!text || !*text) return;
+    if (!tracing) {
+        fprintf(stderr, "ggml-trace: GGML_TRACE_DELAY is set but GGML_TRACE_OUTPUT is not: no delays injected "
+                        "(each delay is recorded in the trace)\n");
+        return;
+    }
+    char err[512];
+    if (!delay_parse(text, err, sizeof(err))) {
+        fprintf(stderr, "ggml-trace: %s (GGML_TRACE_DELAY; see docs/delay.md)\n", err);
+        exit(2);
+    }
+}
+
+void delay_start() {
+    if (g_delay_n_rules == 0) return;
+    char buf[MAX_DELAY_RULES * sizeof(DelayRule::text)];
+    size_t len = 0;
+    for (int i = 0; i < g_delay_n_rules; i++) {
+        len += (size_t) snprintf(buf + len, sizeof(buf) - len, "%s%s", i ? ";" : "", g_delay_rules[i].text);
+    }
+    write_meta("delay.rules", buf, len);
+    g_delay_on = true;
+}
+
+void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig,
+                  ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b) {
+    std::call_once(g_ops_once, resolve_ops);
+    DelayQuery q;
+    q.kind = call.kind;
+    q.graph = call.graph;
+    q.split = call.split;
+    q.backend_name = g_api.backend_name(backend);
+    q.op_first = q.op_last = -1;
+    q.has_tensor = nullptr;
+    q.ctx = nullptr;
+    TensorPair pair{a, b};
+    if (graph) {
+        int n = g_api.graph_n_nodes(graph);
+        if (n > 0) {
+            q.op_first = (int) g_api.graph_node(graph, 0)->op;
+            q.op_last = (int) g_api.graph_node(graph, n - 1)->op;
+        }
+        q.has_tensor = graph_has_tensor;
+        q.ctx = graph;
+    } else if (a || b) {
+        q.has_tensor = pair_has_tensor;
+        q.ctx = &pair;
+    }
+    DelayHit hits[MAX_DELAY_RULES];
+    int n = delay_match(q, hits, MAX_DELAY_RULES);
+    for (int i = 0; i < n; i++) {
+        CallContext delay{next_call_id(), call.graph, call.split};
+        uint64_t t0 = now_ticks();
+        uint8_t where = DELAY_HOST;
+        bool failed = false;
+        if (vdev_delay(backend, hits[i].ns, delay)) {
+            where = DELAY_QUEUE;
+        } else {
+            Injected inj = is_cuda(backend) ? stream_delay(backend, index, orig, hits[i].ns, delay) : INJ_NO;
+            if (inj == INJ_NO) {
+                delay_sleep_ns(hits[i].ns);
+            }
+            where = inj == INJ_NO ? DELAY_HOST : DELAY_STREAM;
+            failed = inj == INJ_FAILED;
+        }
+        uint64_t t1 = now_ticks();
+        write_delay(call, index, hits[i], delay.call_id, where, failed, t0, t1);
+        if (where == DELAY_HOST) {
+            call.t_begin = now_ticks();
+        }
+    }
+}
+
+}  // namespace ggml_trace
