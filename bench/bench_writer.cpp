@@ -1,6 +1,8 @@
 // Cost of recording one event on the hot path: two clock reads, one 64-byte CALL record, and
 // (for the "call+2 ranges" case) two ACCESS records with interned tensor names, as a hooked
 // buffer set_tensor writes. Prints the median over repetitions, in ns per event and per record.
+// Also the delay test the hooks make before each queued operation (delay_rules.h), without rules
+// and with four rules that select nothing, beside the plain call record of the same run.
 //   build/hooks-b10531/bench-writer [events] [threads]
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include <fnmatch.h>
+
+#include "delay_rules.h"
 #include "trace_writer.h"
 
 using namespace ggml_trace;
@@ -45,6 +50,33 @@ static void one_access(uint64_t call_id, const char * name, uint64_t off) {
     a->tensor = id;
     a->node = id;
     commit_record(a, REC_ACCESS);
+}
+
+// The hooks' delay test before each operation (delay.cpp builds the query the same way).
+static const char * g_nodes[8] = {"inp_embd", "Kcur-0", "Vcur-0", "attn_norm-0", "ffn_out-1", "result_norm", "kq-3", "CPU#Kcur-2#0"};
+static bool nodes_match(const void *, const char * glob) {
+    for (const char * n : g_nodes) {
+        if (fnmatch(glob, n, 0) == 0) return true;
+    }
+    return false;
+}
+static uint64_t g_hits = 0;
+
+static void call_with_delay_check(uint64_t i) {
+    if (delay_on()) {
+        DelayQuery q{K_GRAPH_COMPUTE, (uint32_t) (i >> 4), (int32_t) (i & 15), "CPU", 1, 2, nodes_match, nullptr};
+        DelayHit hits[MAX_DELAY_RULES];
+        g_hits += (uint64_t) delay_match(q, hits, MAX_DELAY_RULES);
+    }
+    one_call(i);
+}
+
+static double run_checked(uint64_t n) {
+    uint64_t t0 = monotonic_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        call_with_delay_check(i);
+    }
+    return (double) (monotonic_ns() - t0) / (double) n;
 }
 
 static double run(uint64_t n, bool with_ranges) {
@@ -116,6 +148,36 @@ int main(int argc, char ** argv) {
         int recs = mode == 1 ? 3 : 1;
         printf("%-28s threads=%d events=%llu  median %.1f ns/event  %.1f ns/record\n",
                mode == 1 ? "call + 2 byte ranges" : "call record", threads, (unsigned long long) n, med, med / recs);
+    }
+    // The delay test on the hot path, interleaved with the plain call record (same run): without
+    // rules it is one predictable branch; with rules that select nothing, the matching itself.
+    {
+        char err[256];
+        const char * rules = "CUDA1:graph_compute,graph=5:2000;VDEV0:cpy_tensor_async,tensor=Kcur-*:100;"
+                             "CPU:graph_compute,graph=3-4,split=99:50;CPU:graph_compute,tensor=no-such-*:10";
+        if (!delay_parse(rules, err, sizeof(err))) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        std::vector<double> plain, off, on;
+        writer_reserve((uint64_t) (reps * n + 400 * 1000) * 3 * RECORD_SIZE + (uint64_t) reps * 4 * n * threads * RECORD_SIZE +
+                       (uint64_t) reps * 3 * n * RECORD_SIZE + (64u << 20));  // these rows' records, provisioned too
+        for (int r = 0; r < reps; r++) {
+            plain.push_back(run(n, false));
+            g_delay_on = false;
+            off.push_back(run_checked(n));
+            g_delay_on = true;
+            on.push_back(run_checked(n));
+            g_delay_on = false;
+        }
+        for (auto * v : {&plain, &off, &on}) std::sort(v->begin(), v->end());
+        printf("%-28s threads=1 events=%llu  median %.1f ns/event\n", "call record (same run)", (unsigned long long) n,
+               plain[reps / 2]);
+        printf("%-28s threads=1 events=%llu  median %.1f ns/event  (+%.1f ns)\n", "call + delay test, no rules",
+               (unsigned long long) n, off[reps / 2], off[reps / 2] - plain[reps / 2]);
+        printf("%-28s threads=1 events=%llu  median %.1f ns/event  (+%.1f ns; %llu matches)\n",
+               "call + 4 delay rules, no hit", (unsigned long long) n, on[reps / 2], on[reps / 2] - plain[reps / 2],
+               (unsigned long long) g_hits);
     }
     printf("file growth (fallocate + populate), amortised: %.1f ns/record\n", grow_per_record);
     writer_close();
