@@ -107,6 +107,23 @@ def cmd_races(args) -> int:
     return 1 if len(report.findings) else 0
 
 
+def cmd_force(args) -> int:
+    from analysis import TraceFormatError
+
+    from .force import ForceError, force, format_result
+
+    log = (lambda line: None) if args.json else (lambda line: print(f"ggml-trace force: {line}", file=sys.stderr))
+    try:
+        r = force(args.file, race=args.race, runs=args.runs, slack_us=args.slack_us,
+                  baseline_runs=args.baseline_runs, expect_output=args.expect_output, out_dir=args.out,
+                  hooks=args.hooks, log=log)
+    except (ForceError, TraceFormatError, OSError) as e:
+        print(f"ggml-trace force: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(r.to_json(), indent=2) if args.json else format_result(r))
+    return 1 if r.manifested_runs else 0
+
+
 def cmd_builds(args) -> int:
     for name, d in hooks_mod.pinned_builds().items():
         print(f"{name}\t{d / hooks_mod.HOOKS_NAME}")
@@ -173,6 +190,21 @@ def main(argv=None) -> int:
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=cmd_races)
+
+    p = sub.add_parser("force", help="delay a race's earlier operation and re-run the traced program "
+                       "(exit 1 if the race manifested)")
+    p.add_argument("file")
+    p.add_argument("--race", type=int, metavar="N", help="the race numbered N by `ggml-trace races` "
+                   "(default: the latent race with the smallest margin)")
+    p.add_argument("--runs", type=int, default=3, help="runs with the delay (default: %(default)s)")
+    p.add_argument("--slack-us", type=float, metavar="S",
+                   help="added to the delay the trace calls for (default: the larger of 1000 and that delay)")
+    p.add_argument("--baseline-runs", type=int, default=2, help="runs without the delay (default: %(default)s)")
+    p.add_argument("--expect-output", metavar="FILE", help="the program's correct stdout, to compare with")
+    p.add_argument("--out", help="directory for the runs' traces and outputs (default: a new temporary one, kept)")
+    p.add_argument("--hooks", help="hook library (default: the one built for the program's ggml)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_force)
 
     from .cli_views import add_view_commands
 

@@ -1,0 +1,105 @@
+"""One race, found again in another trace of the same program (for `ggml-trace force`).
+
+A race's identity across runs is what the program did, not when: its class and, for each side,
+the backend, call kind, split index, tensor and access mode -- the key the findings are
+deduplicated by (docs/races.md), so a report holds at most one finding per identity. Call ids,
+times and buffer addresses change from run to run and are not part of it; the bytes it touched,
+as offsets in the buffer, are compared and reported (same_bytes) but do not decide.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .load import backend_labels
+from .races import ENQUEUE_KINDS, RaceReport
+
+SIDE_KEY = ("backend", "kind", "split", "tensor", "mode")
+
+
+def identity(race: dict) -> tuple:
+    """The identity of a finding (a race as in RaceReport.to_json()["races"])."""
+    return (race["class"],) + tuple(race[s][k] for s in "ab" for k in SIDE_KEY)
+
+
+@dataclass
+class Recurrence:
+    """The race as one run showed it. found: the run has a race with the same identity;
+    manifested / inverted / margin_us: that finding's (docs/races.md); target_graph: the graph
+    asked about, target_manifested: whether its occurrence there manifested (None when the race
+    has no occurrence in that graph); same_bytes: whether the first occurrence touched the same
+    byte range of the same buffer type as the original."""
+
+    found: bool
+    manifested: bool = False
+    inverted: bool = False
+    margin_us: float | None = None
+    count: int = 0
+    target_graph: int | None = None
+    target_manifested: bool | None = None
+    same_bytes: bool | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def recurrence(race: dict, trace, report: RaceReport, graph: int | None = None) -> Recurrence:
+    """Looks for `race` (a finding of another trace) among the findings of `report`, the race
+    analysis of `trace`; `graph`: also say whether its occurrence in that graph manifested."""
+    want = identity(race)
+    match = next((r for r in report.to_json()["races"] if identity(r) == want), None)
+    if match is None:
+        return Recurrence(False, target_graph=graph)
+    out = Recurrence(True, match["manifested"], match["inverted"], match["margin_us"],
+                     match["count"], graph,
+                     same_bytes=(match["range"] == race["range"]
+                                 and match["buffer_type"] == race["buffer_type"]))
+    if graph is not None:
+        occ = occurrences(race, trace, report)
+        occ = occ[occ["graph"] == graph]
+        out.target_manifested = bool(occ["manifested"].any()) if len(occ) else None
+    return out
+
+
+def occurrences(race: dict, trace, report: RaceReport) -> pd.DataFrame:
+    """Every occurrence of `race`'s identity in `report` (of `trace`): one row per racing pair
+    of calls, columns a_call_id, b_call_id, graph, manifested, inverted, margin_us."""
+    p = report.pairs
+    calls = trace.calls[["call_id", "backend", "kind", "split"]]
+    for s in "ab":
+        side = calls.rename(columns={c: f"{s}_{c}" for c in calls.columns})
+        p = p.merge(side, on=f"{s}_call_id", how="left")
+    keep = _eq(p["class"], race["class"])
+    for s in "ab":
+        for k in SIDE_KEY:
+            keep = keep & _eq(p[f"{s}_{k}"], race[s][k])
+    p = p[keep]
+    # The occurrence's graph: the later operation's, else the earlier one's (as in the findings).
+    graph = p["b_graph"].fillna(p["a_graph"])
+    g = p.assign(graph=graph).groupby(["a_call_id", "b_call_id"], sort=False)
+    return g.agg(graph=("graph", "first"), manifested=("manifested", "any"),
+                 inverted=("inverted", "any"), margin_us=("margin_us", "min")).reset_index()
+
+
+def _eq(series: pd.Series, value) -> np.ndarray:
+    """series == value, elementwise, with None matching the missing values."""
+    if value is None:
+        return series.isna().to_numpy(bool)
+    return (series.astype(object) == value).fillna(False).to_numpy(bool)
+
+
+def is_queue_op(side: dict, trace) -> bool:
+    """Whether a side of a finding is work queued on an async backend (its host call only
+    enqueued it), as the race analysis decides (docs/races.md, "Queues")."""
+    be = trace.backends
+    flags = be["has_async"].to_numpy(bool) | be["has_events"].to_numpy(bool)
+    async_names = {n for n, f in zip(backend_labels(be), flags.tolist()) if f}
+    return side["kind"] in ENQUEUE_KINDS and side["backend"] in async_names
+
+
+def timed(side: dict, trace) -> bool:
+    """Whether a side's interval in the finding is when it ran: a device record, or a host
+    operation's own call. A queue operation without device records has only its enqueue time."""
+    return bool(side["device"]) or not is_queue_op(side, trace)
