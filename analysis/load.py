@@ -36,10 +36,11 @@ DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream"])  # flags bits 1-2
 DELAY_RULE_SHIFT = 48  # arg = rule << 48 | requested ns
 DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqueuing call
 # Who observed a device interval, best first: the device itself (a virtual device's worker),
-# CUPTI's kernel and copy records, the event watcher (GGML_TRACE_DEVICE_TIMING).
-DEVICE_SOURCES = ["device", "events", "cupti"]  # codes 0, 1 as in the records; 2: derived from CUPTI
-SOURCE_DTYPE = pd.CategoricalDtype(DEVICE_SOURCES)
-SOURCE_PRIORITY = {"device": 0, "cupti": 1, "events": 2}
+# CUPTI's kernel and copy records, the event watcher (GGML_TRACE_DEVICE_TIMING), Vulkan's markers
+# (bounds only: the work ran somewhere inside [t_begin, t_end]).
+DEVICE_SOURCES = ["device", "events", "cupti", "markers"]  # codes 0, 1 as in the records; 2: derived
+SOURCE_DTYPE = pd.CategoricalDtype(DEVICE_SOURCES)        # from CUPTI; markers: record code 2
+SOURCE_PRIORITY = {"device": 0, "cupti": 1, "events": 2, "markers": 3}
 # CUPTI activity (REC_GPU kinds kernel, memcpy, memset) and CUpti_ActivityMemcpyKind names.
 GPU_KIND_DTYPE = pd.CategoricalDtype(["kernel", "memcpy", "memset"])
 COPY_KINDS_CUPTI = ["unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
@@ -576,7 +577,8 @@ class _Loader:
             "t_begin": self.c_t_begin[rows],
             "t_end": self.c_t_end[rows],
             "thread": self.c_thread[rows],
-            "source": _with_codes(np.where(source < 2, source, -1), SOURCE_DTYPE),
+            "source": _with_codes(np.where(source < 2, source, np.where(source == 2, 3, -1)),
+                                  SOURCE_DTYPE),
             "start_estimated": (flags & 0x40) != 0,
             "end_late": (flags & 0x80) != 0,
         })

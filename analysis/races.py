@@ -53,7 +53,13 @@ FINDING_COLUMNS = (
                                           "thread", "mode", "t_begin_us", "t_end_us", "device",
                                           "call_id")]
     + ["buffer", "generation", "buffer_type", "range_start", "range_end", "missing",
-       "first_graph", "first_t_us", "last_graph", "last_t_us"])
+       "first_graph", "first_t_us", "last_graph", "last_t_us", "verdict", "basis"])
+# verdict: what the times prove. basis: what the times of the pair's operations are — "device"
+# (each async operation measured on its device), "bounds" (an operation known only to lie inside
+# an interval: Vulkan's markers), "host" (an async operation with no device time at all: only
+# its enqueue call is known, so neither verdict can be proven).
+VERDICTS = ["manifested", "latent", "undetermined"]
+BASES = ["device", "bounds", "host"]
 
 
 # -- small vectorised helpers -----------------------------------------------------------------
@@ -136,6 +142,8 @@ class RaceReport:
                 "manifested": r["manifested"],
                 "inverted": r["inverted"],
                 "margin_us": r["margin_us"],
+                "verdict": r["verdict"],
+                "basis": r["basis"],
                 "count": r["count"],
                 "a": side["a"],
                 "b": side["b"],
@@ -187,7 +195,9 @@ class _Analysis:
                                                categories=CLASSES),
             "manifested": p["manifested"].to_numpy(bool),
             "inverted": p["inverted"].to_numpy(bool),
-            "margin_us": np.where(p["manifested"], np.nan, p["margin_ns"] / 1000.0),
+            "margin_us": np.where(p["verdict"] == 1, p["margin_ns"] / 1000.0, np.nan),
+            "verdict": pd.Categorical.from_codes(p["verdict"].to_numpy(np.int64), categories=VERDICTS),
+            "basis": pd.Categorical.from_codes(p["basis"].to_numpy(np.int64), categories=BASES),
             "buffer": self.a_buffer[pa],
             "start": np.maximum(self.a_off[pa], self.a_off[pb]),
             "end": np.minimum(self.a_end[pa], self.a_end[pb]),
@@ -468,36 +478,63 @@ class _Analysis:
 
     # ---------------------------------------------------------------------------------------
     def exec_intervals(self):
-        """Execution interval of each call: its device_exec span if any, else the host call."""
+        """Execution interval of each call: its device_exec span if any, else the host call;
+        and what is known of it (basis codes, BASES): a measured device interval or a host
+        call ("device"), bounds only (markers: it ran somewhere inside), or, for an enqueued
+        call without any device record, nothing but that it started after its enqueue began."""
         begin, end = self.c_t_begin.copy(), self.c_t_end.copy()
         has_dev = np.zeros(self.n, bool)
+        basis = np.where(self.c_enq, BASES.index("host"), BASES.index("device"))
         dev = getattr(self.trace, "device", None)
         if dev is not None and len(dev):
             dev = best_device_intervals(dev)
-            d = dev.groupby("call_id", sort=False).agg(b=("t_begin", "min"), e=("t_end", "max"))
+            bounds = (dev["source"] == "markers").to_numpy(bool)
+            d = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
+                              "b": dev["t_begin"].to_numpy(np.int64),
+                              "e": dev["t_end"].to_numpy(np.int64), "bounds": bounds})
+            d = d.groupby("call_id", sort=False).agg(b=("b", "min"), e=("e", "max"),
+                                                     bounds=("bounds", "any"))
             rows = _lookup(self.c_id, d.index.to_numpy(np.uint64))
             ok = rows >= 0
             begin[rows[ok]] = d["b"].to_numpy(np.int64)[ok]
             end[rows[ok]] = d["e"].to_numpy(np.int64)[ok]
             has_dev[rows[ok]] = True
-        return begin, end, has_dev
+            basis[rows[ok]] = np.where(d["bounds"].to_numpy(bool)[ok], BASES.index("bounds"),
+                                       BASES.index("device"))
+        return begin, end, has_dev, basis
+
+    def time_bounds(self, begin, end, basis):
+        """Lower and upper bounds of each call's start and end (ns; int64 max: unbounded)."""
+        inf = np.iinfo(np.int64).max
+        exact = basis == BASES.index("device")
+        s_lo, e_hi = begin.copy(), np.where(basis == BASES.index("host"), inf, end)
+        s_hi = np.where(exact, begin, e_hi)  # it started no later than it ended
+        e_lo = np.where(exact, end, s_lo)    # and ended no earlier than it started
+        return s_lo, s_hi, e_lo, e_hi
 
     def pairs_frame(self, pa: np.ndarray, pb: np.ndarray) -> pd.DataFrame:
-        ex_b, ex_e, has_dev = self.exec_intervals()
+        ex_b, ex_e, has_dev, basis = self.exec_intervals()
+        s_lo, s_hi, e_lo, e_hi = self.time_bounds(ex_b, ex_e, basis)
         oa, ob = self.a_ord[pa], self.a_ord[pb]
         same = self.a_tensor[pa] == self.a_tensor[pb]
         both_w = self.a_write[pa] & self.a_write[pb]
         cls = np.where(~same, 0, np.where(both_w, 1, 2))
-        gap = np.maximum(ex_b[oa], ex_b[ob]) - np.minimum(ex_e[oa], ex_e[ob])
-        # Manifested: the executions overlapped, or ran in the opposite order to the program's
-        # (the later operation finished before the earlier one started: the bytes were
-        # overwritten before they were read, as in a corrupt run).
-        inverted = (gap >= 0) & (ex_e[ob] <= ex_b[oa])
-        manifested = (gap < 0) | inverted
+        # a comes first in program order. Manifested: a had not ended when b began — the
+        # executions overlapped, or ran in the opposite order to the program's (the later
+        # operation finished before the earlier one started: the bytes were overwritten before
+        # they were read, as in a corrupt run). Latent: a ended before b began. Each verdict is
+        # given only where the bounds prove it; otherwise the pair is undetermined.
+        manifested = e_lo[oa] > s_hi[ob]
+        latent = e_hi[oa] <= s_lo[ob]
+        inverted = e_hi[ob] <= s_lo[oa]
+        verdict = np.where(manifested, 0, np.where(latent, 1, 2))
+        pair_basis = np.maximum(basis[oa], basis[ob])
         graph = np.where(self.c_graph[ob] >= 0, self.c_graph[ob], self.c_graph[oa])
         cols = {"cls": cls, "acc_a": pa, "acc_b": pb, "ord_a": oa, "ord_b": ob,
                 "manifested": manifested, "inverted": inverted,
-                "margin_ns": np.maximum(gap, 0), "graph": graph,
+                "verdict": verdict, "basis": pair_basis,
+                "margin_ns": np.where(latent, s_lo[ob] - np.minimum(e_hi[oa], s_lo[ob]), 0),
+                "graph": graph,
                 "t": np.minimum(ex_b[oa], ex_b[ob])}
         for s, o, p in (("a", oa, pa), ("b", ob, pb)):
             cols[f"{s}_kind"] = self.c_kind[o]
@@ -515,7 +552,7 @@ class _Analysis:
         key = ["cls"] + [f"{s}_{c}" for s in "ab"
                          for c in ("kind", "backend", "split", "tensor", "mode")]
         p = pairs[key + ["acc_a", "acc_b", "ord_a", "ord_b", "manifested", "inverted",
-                         "margin_ns", "graph", "t"]].copy()
+                         "verdict", "basis", "margin_ns", "graph", "t"]].copy()
         p["key"] = p.groupby(key, sort=False).ngroup()
         # One occurrence per (finding, pair of operations): its first pair of accesses.
         p = p.sort_values(["key", "t", "ord_a", "ord_b"], kind="stable")
@@ -525,7 +562,10 @@ class _Analysis:
             "n_occ": g.size(),
             "manifested": g["manifested"].any(),
             "inverted": g["inverted"].any(),
-            "margin_ns": occ["margin_ns"].where(~occ["manifested"]).groupby(occ["key"]).min(),
+            "margin_ns": occ["margin_ns"].where(occ["verdict"] == 1).groupby(occ["key"]).min(),
+            # manifested if any occurrence proves it, latent if every one does, else undetermined
+            "verdict": g["verdict"].min().where(g["verdict"].min() == 0, g["verdict"].max()),
+            "basis": g["basis"].max(),
         })
         first = occ.drop_duplicates("key", keep="first").set_index("key")
         last = occ.drop_duplicates("key", keep="last").set_index("key")
@@ -569,6 +609,8 @@ class _Analysis:
         btype = _objects(np.array(list(bf["buft_name"].cat.categories), dtype=object),
                          np.where(known, _codes(bf["buft_name"])[ltk] if len(bf) else -1, -1))
         margin = agg["margin_ns"].to_numpy(np.float64) / 1000.0
+        verdict = agg["verdict"].to_numpy(np.int64)
+        margin = np.where(verdict == 2, np.nan, margin)  # no margin where latency is not proven
         out = {
             "class": np.array(CLASSES, dtype=object)[agg["cls"].to_numpy(np.int64)].tolist(),
             "manifested": agg["manifested"].to_numpy(bool).tolist(),
@@ -590,6 +632,8 @@ class _Analysis:
         out["first_t_us"] = (agg["t"].to_numpy(np.int64) / 1000.0).tolist()
         out["last_graph"] = _ints(agg["last_graph"].to_numpy(np.int64))
         out["last_t_us"] = (agg["last_t"].to_numpy(np.int64) / 1000.0).tolist()
+        out["verdict"] = np.array(VERDICTS, dtype=object)[verdict].tolist()
+        out["basis"] = np.array(BASES, dtype=object)[agg["basis"].to_numpy(np.int64)].tolist()
         return pd.DataFrame({c: pd.Series(out[c], dtype=_dtype(c)) for c in FINDING_COLUMNS})
 
 
@@ -598,6 +642,10 @@ def _dtype(column: str):
     name = column[2:] if column[:2] in ("a_", "b_") else column
     if name == "class":
         return pd.CategoricalDtype(CLASSES)
+    if name == "verdict":
+        return pd.CategoricalDtype(VERDICTS)
+    if name == "basis":
+        return pd.CategoricalDtype(BASES)
     if name in ("manifested", "inverted", "device"):
         return bool
     if name in ("count", "thread"):
@@ -726,6 +774,23 @@ def missing_words(a: dict, b: dict) -> str:
                                 a["thread"], b["thread"]))
 
 
+def _verdict_words(r: dict) -> str:
+    """What the times prove about one finding (a dict of RaceReport.to_json()), in words."""
+    bounds = " (device-time bounds)" if r["basis"] == "bounds" else ""
+    if r["verdict"] == "manifested":
+        words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r["inverted"]
+                 else "MANIFESTED (the earlier operation had not finished when the later one began)")
+        if r["margin_us"] is not None:
+            words += f"; latent elsewhere, margin {r['margin_us']:.1f} us"
+        return words + bounds
+    if r["verdict"] == "latent":
+        return f"latent, margin {r['margin_us']:.1f} us{bounds}"
+    if r["basis"] == "host":
+        return ("UNDETERMINED: host times only (when the async operation ran on its device is not "
+                "known, so latent cannot be told from manifested; record with --device-timing)")
+    return "UNDETERMINED: the device-time bounds do not separate the two operations"
+
+
 def format_report(report: RaceReport, path: str = "") -> str:
     """The human-readable listing used by `ggml-trace races`."""
     doc = report.to_json()
@@ -734,18 +799,14 @@ def format_report(report: RaceReport, path: str = "") -> str:
     if not found:
         return (f"{head}no races among {report.operations} operations and "
                 f"{report.accesses} accesses")
-    n_man = sum(r["manifested"] for r in found)
-    lines = [f"{head}{len(found)} race{'s' if len(found) != 1 else ''} ({n_man} manifested, "
-             f"{len(found) - n_man} latent) among {report.operations} operations and "
-             f"{report.accesses} accesses"]
+    n = {v: sum(r["verdict"] == v for r in found) for v in VERDICTS}
+    counts = f"{n['manifested']} manifested, {n['latent']} latent"
+    if n["undetermined"]:
+        counts += f", {n['undetermined']} undetermined"
+    lines = [f"{head}{len(found)} race{'s' if len(found) != 1 else ''} ({counts}) among "
+             f"{report.operations} operations and {report.accesses} accesses"]
     for i, r in enumerate(found, 1):
-        if r["manifested"]:
-            timing = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r["inverted"]
-                      else "MANIFESTED (the executions overlapped)")
-            if r["margin_us"] is not None:
-                timing += f"; latent elsewhere, margin {r['margin_us']:.1f} us"
-        else:
-            timing = f"latent, margin {r['margin_us']:.1f} us"
+        timing = _verdict_words(r)
         first, last = r["first"]["graph"], r["last"]["graph"]
         graphs = f"graph {first}" if first == last else f"graphs {first}..{last}"
         lines.append(f"[{i}] {r['class']}  x{r['count']} ({graphs})  {timing}")

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ggml_api.h"
 #include "registry.h"
 #include "trace_writer.h"
 
@@ -64,6 +65,184 @@ struct Watcher {
 
     std::thread thread;
 };
+
+
+// ---------------------------------------------------------------- markers (Vulkan)
+
+namespace {
+
+const int MARK_RING = 512;            // operations in flight per queue
+const int MARK_SLOTS = 2 * MARK_RING;  // a marker before and one after each
+const uint32_t MARK_BYTES = 64;        // the device-side source: MARK_BYTES of 0xA5
+const unsigned DEFAULT_POLL_US = 100;
+
+struct MarkOp {
+    uint64_t call_id, t_enqueue, lo, hi;  // lo: last seen not started; hi: first seen ended (0: not yet)
+    uint32_t graph;
+    int32_t split;
+};
+
+}  // namespace
+
+struct Markers {
+    ggml_backend_t backend = nullptr;
+    uint32_t backend_index = NONE32;
+    void (*get_tensor_async)(ggml_backend_t, const ggml_tensor *, void *, size_t, size_t) = nullptr;
+    ggml_backend_buffer_t dev_buf = nullptr, host_buf = nullptr;
+    ggml_tensor src;               // MARK_BYTES of dev_buf, all 0xA5
+    volatile uint32_t * slots = nullptr;  // pinned host memory, MARK_SLOTS words
+
+    std::mutex m;  // guards everything below; held for a few loads and stores
+    MarkOp ring[MARK_RING];
+    uint64_t head = 0, tail = 0;   // pending = ring[head..tail); op n uses slots 2n, 2n+1 (mod)
+    uint64_t untimed = 0;
+};
+
+namespace {
+
+std::atomic<Markers *> g_markers[MAX_BACKENDS];
+std::atomic<int> g_n_markers{0};
+std::thread g_poller;
+std::atomic<bool> g_poller_stop{false};
+
+uint32_t & slot_of(Markers * k, uint64_t seq, int which) {
+    return (uint32_t &) k->slots[(2 * seq + which) % MARK_SLOTS];
+}
+
+bool passed(Markers * k, uint64_t seq, int which) {
+    return __atomic_load_n(&slot_of(k, seq, which), __ATOMIC_ACQUIRE) != 0;
+}
+
+// Reads the markers of one queue (memory loads only: no call into the backend, so any thread may
+// do it) and writes the operations whose end marker has passed. Markers pass in queue order.
+void poll_markers(Markers * k) {
+    std::lock_guard<std::mutex> lock(k->m);
+    if (k->head == k->tail) {
+        return;
+    }
+    uint64_t t0 = now_ticks();  // a marker read as zero after t0 had not passed at t0
+    bool all_passed = true;
+    for (uint64_t n = k->head; n < k->tail; n++) {
+        MarkOp & op = k->ring[n % MARK_RING];
+        if (!passed(k, n, 0)) {
+            // neither this operation nor any later one on the queue has started
+            for (uint64_t j = n; j < k->tail; j++) {
+                MarkOp & o = k->ring[j % MARK_RING];
+                o.lo = std::max(o.lo, t0);
+            }
+            all_passed = false;
+            break;
+        }
+        if (!passed(k, n, 1)) {
+            all_passed = false;
+            break;
+        }
+        (void) op;
+    }
+    uint64_t t1 = now_ticks();  // a marker read as set before t1 had passed by t1
+    for (; k->head < k->tail; k->head++) {
+        MarkOp & op = k->ring[k->head % MARK_RING];
+        if (!passed(k, k->head, 1)) {
+            break;
+        }
+        op.hi = op.hi ? op.hi : t1;
+        CallRec * r = (CallRec *) reserve_record();
+        if (r) {
+            r->kind = K_DEVICE_EXEC;
+            r->sched = 0xff;
+            r->flags = (uint8_t) (SRC_MARKERS << DEVICE_SOURCE_SHIFT);
+            r->thread = thread_index();
+            r->t_begin = std::max(op.lo, op.t_enqueue);
+            r->t_end = std::max(r->t_begin, op.hi);
+            r->call_id = next_call_id();
+            r->backend = k->backend_index;
+            r->backend2 = NONE32;
+            r->graph = op.graph;
+            r->split = op.split;
+            r->obj = op.call_id;
+            commit_record(r, REC_CALL);
+        }
+    }
+    (void) all_passed;
+}
+
+void poll_all_markers() {
+    if (g_n_markers.load(std::memory_order_relaxed) == 0) {
+        return;
+    }
+    for (int i = 0; i < MAX_BACKENDS; i++) {
+        if (Markers * k = g_markers[i].load(std::memory_order_acquire)) {
+            poll_markers(k);
+        }
+    }
+}
+
+// Sharpens the bounds between the program's own traced calls: memory loads and a sleep.
+void poller_main(unsigned period_us) {
+    pthread_setname_np(pthread_self(), "ggml-trace poll");
+    while (!g_poller_stop.load(std::memory_order_relaxed)) {
+        poll_all_markers();
+        std::this_thread::sleep_for(std::chrono::microseconds(period_us));
+    }
+}
+
+ggml_backend_buffer_t alloc_untraced(ggml_backend_buffer_type_t buft, size_t size) {
+    const BuftEntry * e = find_buft(buft);
+    auto alloc = e ? e->orig.alloc_buffer : buft->iface.alloc_buffer;
+    return alloc ? alloc(buft, size) : nullptr;
+}
+
+// Pinned host memory for the flags and a device buffer to copy them from, allocated through the
+// original vtables so that they are not traced. nullptr when the backend lacks something.
+Markers * make_markers(ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig) {
+    ggml_backend_dev_t dev = backend->device;
+    if (!dev || !orig.get_tensor_async) {
+        return nullptr;
+    }
+    const DeviceEntry * de = find_device(dev);
+    const ggml_backend_device_i & di = de ? de->orig : dev->iface;
+    ggml_backend_buffer_type_t host_buft = di.get_host_buffer_type ? di.get_host_buffer_type(dev) : nullptr;
+    ggml_backend_buffer_type_t dev_buft = g_api.backend_get_default_buffer_type(backend);
+    if (!host_buft || !dev_buft) {
+        return nullptr;
+    }
+    ggml_backend_buffer_t hb = alloc_untraced(host_buft, MARK_SLOTS * sizeof(uint32_t));
+    ggml_backend_buffer_t db = alloc_untraced(dev_buft, MARK_BYTES);
+    if (!hb || !db || !db->iface.clear) {
+        if (hb) g_api.buffer_free(hb);
+        if (db) g_api.buffer_free(db);
+        return nullptr;
+    }
+    db->iface.clear(db, 0xA5);
+    Markers * k = new Markers();
+    k->backend = backend;
+    k->backend_index = index;
+    k->get_tensor_async = orig.get_tensor_async;
+    k->dev_buf = db;
+    k->host_buf = hb;
+    k->slots = (volatile uint32_t *) g_api.buffer_get_base(hb);
+    memset(&k->src, 0, sizeof(k->src));
+    k->src.type = GGML_TYPE_I32;
+    k->src.buffer = db;
+    k->src.data = g_api.buffer_get_base(db);
+    k->src.ne[0] = MARK_BYTES / 4;
+    k->src.ne[1] = k->src.ne[2] = k->src.ne[3] = 1;
+    k->src.nb[0] = 4;
+    k->src.nb[1] = k->src.nb[2] = k->src.nb[3] = MARK_BYTES;
+    for (int i = 0; i < MARK_SLOTS; i++) {
+        k->slots[i] = 1;  // a slot not in use reads as passed
+    }
+    return k;
+}
+
+// Zeroes the slot, then enqueues the copy that sets it (on the program's thread).
+void put_marker(Markers * k, uint64_t seq, int which) {
+    uint32_t & s = slot_of(k, seq, which);
+    __atomic_store_n(&s, 0u, __ATOMIC_RELEASE);
+    k->get_tensor_async(k->backend, &k->src, &s, 0, sizeof(uint32_t));
+}
+
+}  // namespace
 
 namespace {
 
@@ -199,6 +378,34 @@ Watcher * start_watcher(ggml_backend_t backend, uint32_t index, const ggml_backe
     return w;
 }
 
+const char * reg_name_of(ggml_backend_t backend) {
+    ggml_backend_dev_t dev = backend->device;
+    ggml_backend_reg_t reg = dev && g_api.dev_backend_reg ? g_api.dev_backend_reg(dev) : nullptr;
+    return reg && reg->iface.get_name ? reg->iface.get_name(reg) : "";
+}
+
+// Whose event_synchronize may run on a thread of ours while the program uses the backend:
+// CUDA's (and HIP's and MUSA's, built from the same source: cudaEventSynchronize is
+// thread-safe) and the virtual devices'. Not Vulkan's: it resets command buffers of the
+// program's command pool, which Vulkan requires the program to synchronize externally.
+bool events_thread_safe(ggml_backend_t backend) {
+    const char * r = reg_name_of(backend);
+    return !strcmp(r, "CUDA") || !strcmp(r, "HIP") || !strcmp(r, "ROCm") || !strcmp(r, "MUSA") || !strcmp(r, "VDEV");
+}
+
+bool is_vulkan(ggml_backend_t backend) { return !strcmp(reg_name_of(backend), "Vulkan"); }
+
+void start_poller() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const char * v = getenv("GGML_TRACE_MARKER_POLL_US");
+        unsigned us = v && *v ? (unsigned) atoi(v) : DEFAULT_POLL_US;
+        if (us > 0) {
+            g_poller = std::thread(poller_main, us);
+        }
+    });
+}
+
 // The watcher of a backend, started on its first timed operation (nullptr: cannot be timed).
 Watcher * watcher_for(ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig) {
     if (index >= (uint32_t) MAX_BACKENDS) {
@@ -211,7 +418,28 @@ Watcher * watcher_for(ggml_backend_t backend, uint32_t index, const ggml_backend
     std::lock_guard<std::mutex> lock(g_watchers_mutex);
     w = g_watchers[index].load(std::memory_order_relaxed);
     if (!w) {
-        w = start_watcher(backend, index, orig);
+        const char * mode = orig.event_record ? "none" : nullptr;  // no events: a synchronous backend
+        if (!mode) {
+        } else if (events_thread_safe(backend)) {
+            w = start_watcher(backend, index, orig);
+            mode = w ? "events" : "none";
+        } else if (is_vulkan(backend)) {
+            if (Markers * k = make_markers(backend, index, orig)) {
+                g_markers[index].store(k, std::memory_order_release);
+                g_n_markers++;
+                start_poller();
+                mode = "markers";
+            }
+        }
+        if (mode && !strcmp(mode, "none")) {
+            fprintf(stderr, "ggml-trace: device timing: %s is not timed on its device (no safe observer); "
+                            "its work has host times only\n", g_api.backend_name(backend));
+        }
+        if (mode && writer_is_open()) {
+            char key[48];
+            snprintf(key, sizeof(key), "device_timing.mode.%u", index);
+            write_meta(key, mode, strlen(mode));
+        }
         // a backend without events gets a watcher with an empty pool, so we try only once
         if (!w) {
             w = new Watcher();
@@ -236,7 +464,21 @@ TimedOp device_timing_begin(ggml_backend_t backend, uint32_t backend_index, cons
     if (!device_timing_enabled()) {
         return op;
     }
+    poll_all_markers();  // the call's t_begin is taken: what has not started yet starts after it
     Watcher * w = watcher_for(backend, backend_index, orig);
+    if (backend_index < (uint32_t) MAX_BACKENDS) {
+        if (Markers * k = g_markers[backend_index].load(std::memory_order_acquire)) {
+            std::lock_guard<std::mutex> lock(k->m);
+            if (k->tail - k->head >= (uint64_t) MARK_RING) {
+                k->untimed++;
+                return op;
+            }
+            op.markers = k;
+            op.seq = k->tail;
+            put_marker(k, op.seq, 0);
+            return op;
+        }
+    }
     if (!w || !w->event_record) {
         return op;
     }
@@ -258,6 +500,16 @@ TimedOp device_timing_begin(ggml_backend_t backend, uint32_t backend_index, cons
 }
 
 void device_timing_end(TimedOp & op, ggml_backend_t backend, const CallRec & call) {
+    if (Markers * k = op.markers) {
+        std::lock_guard<std::mutex> lock(k->m);
+        put_marker(k, op.seq, 1);
+        k->ring[op.seq % MARK_RING] = MarkOp{call.call_id, call.t_begin, 0, 0, call.graph, call.split};
+        k->tail = op.seq + 1;
+        op.markers = nullptr;
+    }
+    if (device_timing_enabled()) {
+        poll_all_markers();
+    }
     Watcher * w = op.watcher;
     if (!w) {
         return;
@@ -278,6 +530,14 @@ void device_timing_end(TimedOp & op, ggml_backend_t backend, const CallRec & cal
 }
 
 void device_timing_cancel(TimedOp & op) {
+    if (Markers * k = op.markers) {
+        // the before-marker is on the queue: close it with an after-marker and time nothing
+        std::lock_guard<std::mutex> lock(k->m);
+        put_marker(k, op.seq, 1);
+        k->ring[op.seq % MARK_RING] = MarkOp{0, 0, 0, 0, NONE32, -1};
+        k->tail = op.seq + 1;
+        op.markers = nullptr;
+    }
     Watcher * w = op.watcher;
     if (!w) {
         return;
@@ -315,11 +575,44 @@ void write_untimed(Watcher * w) {
     }
 }
 
+void write_marker_untimed(Markers * k) {
+    uint64_t untimed;
+    {
+        std::lock_guard<std::mutex> lock(k->m);
+        untimed = k->untimed;
+    }
+    if (untimed && writer_is_open()) {
+        char key[48], value[32];
+        snprintf(key, sizeof(key), "device_timing.untimed.%u", k->backend_index);
+        int n = snprintf(value, sizeof(value), "%llu", (unsigned long long) untimed);
+        write_meta(key, value, (size_t) n);
+    }
+}
+
 }  // namespace
 
-void device_timing_forget(uint32_t backend_index) {
+void device_timing_forget(uint32_t backend_index, ggml_backend_t backend, void (*synchronize)(ggml_backend_t)) {
     if (backend_index >= (uint32_t) MAX_BACKENDS) {
         return;
+    }
+    if (Markers * k = g_markers[backend_index].exchange(nullptr)) {
+        // The program's thread is freeing the backend: its queue may be waited on here.
+        if (synchronize) {
+            synchronize(backend);
+        }
+        poll_markers(k);
+        {
+            std::lock_guard<std::mutex> lock(k->m);
+            k->untimed += k->tail - k->head;
+        }
+        write_marker_untimed(k);
+        g_n_markers--;
+        // A poller that loaded the pointer before the exchange finds nothing pending once it
+        // gets the lock, so it reads no freed memory; the small struct itself is left alive.
+        std::lock_guard<std::mutex> lock(k->m);
+        k->head = k->tail;
+        g_api.buffer_free(k->dev_buf);
+        g_api.buffer_free(k->host_buf);
     }
     Watcher * w;
     {
@@ -345,6 +638,21 @@ void device_timing_forget(uint32_t backend_index) {
 }
 
 void device_timing_shutdown() {
+    if (g_poller.joinable()) {
+        g_poller_stop.store(true);
+        g_poller.join();
+    }
+    for (int i = 0; i < MAX_BACKENDS; i++) {
+        if (Markers * k = g_markers[i].load(std::memory_order_acquire)) {
+            poll_markers(k);  // what has passed; the rest is counted untimed
+            {
+                std::lock_guard<std::mutex> lock(k->m);
+                k->untimed += k->tail - k->head;
+                k->head = k->tail;
+            }
+            write_marker_untimed(k);
+        }
+    }
     for (int i = 0; i < MAX_BACKENDS; i++) {
         Watcher * w = g_watchers[i].load(std::memory_order_acquire);
         if (w && w->thread.joinable()) {

@@ -653,7 +653,7 @@ void hook_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
 // The backend struct is about to be deleted: forget it so nothing writes into it later.
 void hook_backend_free(ggml_backend_t backend) {
     void (*orig_free)(ggml_backend_t);
-    device_timing_forget(entry_of(backend).index);
+    device_timing_forget(entry_of(backend).index, backend, entry_of(backend).orig.synchronize);
     {
         std::lock_guard<std::mutex> lock(g_patch_mutex);
         BackendEntry & e = entry_of(backend);

@@ -2,6 +2,7 @@
 # Build the pieces of one llama.cpp tree that ggml-trace needs: ggml (CPU + RPC, shared),
 # libllama, llama-simple, llama-completion, llama-bench and ggml-rpc-server.
 # usage: build_llama.sh SOURCE_DIR BUILD_DIR [extra cmake args...]
+#   TARGETS (env) overrides the list of targets built.
 set -euo pipefail
 src=$1; out=$2; shift 2
 jobs=${JOBS:-$(nproc)}
@@ -17,4 +18,4 @@ cmake -S "$src" -B "$out" -G "Unix Makefiles" \
   -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   "$@" >"$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
-cmake --build "$out" -j "$jobs" --target llama-simple llama-completion llama-bench ggml-rpc-server
+cmake --build "$out" -j "$jobs" --target ${TARGETS:-llama-simple llama-completion llama-bench ggml-rpc-server}
