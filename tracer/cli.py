@@ -198,7 +198,7 @@ def main(argv=None) -> int:
                    "(default: the latent race with the smallest margin)")
     p.add_argument("--runs", type=int, default=3, help="runs with the delay (default: %(default)s)")
     p.add_argument("--slack-us", type=float, metavar="S",
-                   help="added to the delay the trace calls for (default: the larger of 1000 and that delay)")
+                   help="added to the delay the trace calls for (default: the larger of 10000 and that delay)")
     p.add_argument("--baseline-runs", type=int, default=2, help="runs without the delay (default: %(default)s)")
     p.add_argument("--expect-output", metavar="FILE", help="the program's correct stdout, to compare with")
     p.add_argument("--out", help="directory for the runs' traces and outputs (default: a new temporary one, kept)")

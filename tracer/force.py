@@ -24,10 +24,12 @@ from .record import record
 
 DEFAULT_RUNS = 3
 BASELINE_RUNS = 2
-# Added to what the traced run needs (see delay_for): thread wake-ups and scheduling on a loaded
-# machine move operations by hundreds of microseconds; 1 ms, or the need itself when that is
-# larger (a re-run may be slower overall), keeps the inversion from depending on luck.
-MIN_SLACK_US = 1000.0
+# Added to what the traced run needs (see delay_for). The later operation is late in a re-run
+# when its thread is preempted: on a loaded Linux machine a runnable thread can wait a whole time
+# slice of another (CFS: several ms with two tasks per core). 10 ms, or the need itself when that
+# is larger (a re-run may be slower overall), keeps the inversion from depending on luck; it
+# delays one operation once per run, so it costs little.
+MIN_SLACK_US = 10000.0
 # When the trace cannot say when the earlier operation ran (a queue without device timing), the
 # need is unknown: 10 ms is longer than any split or copy of the programs tested here.
 UNTIMED_US = 10000.0

@@ -1,0 +1,153 @@
+"""`ggml-trace force`: latent races made to manifest by a delay, on the pinned builds' scenario
+programs (virtual devices, no latency), before and after the fix for ggml issue #23321."""
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tracegen import TraceBuilder
+
+import analysis
+from analysis import race_match
+from analysis.trace_file import BUF_ALLOCATED
+from conftest import ggml_trace
+from tracer import force, programs
+from tracer.record import record
+
+RUNS = 3
+
+
+def record_scenario(build, name, seed, out, latency_us=0):
+    """One traced run of a scenario program on three virtual devices; returns the trace's races."""
+    env = dict(os.environ, GGML_TRACE_VIRTUAL_DEVICES="3", GGML_TRACE_VDEV_LATENCY_US=str(latency_us))
+    r = record([str(programs.program(build, "ggml-trace-scenarios")), name, "--seed", str(seed)],
+               programs.hooks(build), out, env=env, stdout=subprocess.DEVNULL)
+    assert r.returncode == 0 and r.traces, r
+    return analysis.races(analysis.load(out)).to_json()["races"]
+
+
+def cpu_only(build, name, seed):
+    exe = str(programs.program(build, "ggml-trace-scenarios"))
+    return subprocess.run([exe, name, "--seed", str(seed), "--cpu-only"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def force_json(trace, out, *extra):
+    r = ggml_trace("force", trace, "--runs", RUNS, "--out", out, "--json", *extra, timeout=300)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    return r.returncode, json.loads(r.stdout)
+
+
+def check_forced_runs(j, original):
+    """Every forced run: one delay injected, the same race found (same bytes), and inverted."""
+    forced = [d for d in j["details"] if d["name"].startswith("forced-")]
+    assert len(forced) == RUNS
+    for d in forced:
+        assert d["delays"] == 1 and Path(d["trace"]).exists()
+        assert d["race"]["found"] and d["race"]["same_bytes"], d
+        assert d["race"]["manifested"] and d["race"]["inverted"] and d["race"]["target_manifested"], d
+    assert j["delay_us"] >= (original["margin_us"] or 0) + force.MIN_SLACK_US
+
+
+def test_the_23321_race_is_forced_before_the_fix(tmp_path):
+    # No device latency: the race is there in every run, but only latent in some of them.
+    for i in range(40):
+        trace = tmp_path / f"orig-{i}.ggmltrace"
+        (race,) = record_scenario("b10524", "inputless-reuse", 1, trace)
+        if not race["manifested"]:
+            break
+    assert not race["manifested"], "40 runs without latency and the race manifested in each"
+    rc, j = force_json(trace, tmp_path / "forced")
+    assert rc == 1 and j["verdict"] == "diverged"
+    assert j["runs"] == RUNS and j["manifested_runs"] == RUNS and j["diverged_runs"] == RUNS
+    assert j["compared_with"] == "expected" and "CPU alone" in j["expected"]
+    assert j["rule"].startswith("VDEV0:cpy_tensor_async,graph=0,split=1,tensor=h:")
+    check_forced_runs(j, race)
+    # The command printed reproduces it: the same race, manifested, and a corrupt result.
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    r = subprocess.run(j["command"], shell=True, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = Path(j["command"].split(" -o ")[1].split()[0])
+    (again,) = analysis.races(analysis.load(out)).to_json()["races"]
+    assert race_match.identity(again) == race_match.identity(race) and again["inverted"]
+    assert r.stdout != cpu_only("b10524", "inputless-reuse", 1)
+
+
+def test_nothing_to_force_after_the_fix(tmp_path):
+    trace = tmp_path / "fixed.ggmltrace"
+    assert record_scenario("b10531", "inputless-reuse", 1, trace) == []
+    r = ggml_trace("force", trace, timeout=120)
+    assert r.returncode == 0 and "no race to force" in r.stdout, r.stdout + r.stderr
+    rc, j = force_json(trace, tmp_path / "forced")
+    assert rc == 0 and j["verdict"] == "no-race" and j["runs"] == 0 and j["manifested_runs"] == 0
+    assert not (tmp_path / "forced").exists()  # nothing was run
+
+
+def test_the_random_dag_race_that_outlives_the_fix_is_forced(tmp_path):
+    # Seed 57's graph: VDEV1 copies n3 from host memory for split 3, and a later synchronous copy
+    # into host memory (for split 6, from VDEV0) reuses those bytes; nothing orders them on b10531.
+    trace = tmp_path / "dag.ggmltrace"
+    found = record_scenario("b10531", "random-dag", 57, trace)
+    assert len(found) == 1, found
+    (race,) = found
+    assert (race["a"]["backend"], race["a"]["kind"], race["a"]["tensor"]) == ("VDEV1", "cpy_tensor_async", "n3")
+    assert (race["b"]["kind"], race["b"]["mode"]) == ("buf_get_tensor", "write")
+    rc, j = force_json(trace, tmp_path / "forced")
+    assert rc == 1 and j["verdict"] == "diverged"
+    assert j["manifested_runs"] == RUNS and j["diverged_from_expected"] == RUNS
+    check_forced_runs(j, race)
+    forced = Path(j["details"][-1]["stdout"]).read_text()
+    assert forced != cpu_only("b10531", "random-dag", 57)
+
+
+# -- without running programs ---------------------------------------------------------------
+
+def latent_trace(path, meta):
+    """The #23321 shape by hand: VDEV0's split 3 reads inp_embd (queued, no device timing), then
+    the CPU's split 4 writes ffn_out-0 over it."""
+    b = TraceBuilder(hooks_build="test")
+    for k, v in meta.items():
+        b.meta(k, v)
+    b.thread(0, name="main")
+    b.backend(0, "VDEV0", "VDEV0", device_type=1, has_async=True, has_events=True)
+    b.backend(1, "CPU", "CPU", device_type=0)
+    b.buffer(0xB000, BUF_ALLOCATED, base=0x5000_0000, size=1 << 20, usage=2, is_host=True, buft_name="CPU",
+             device_ptr=0x6000_0100)
+    for backend, t, split, mode, tensor in ((0, 0, 3, "read", "inp_embd"), (1, 500_000, 4, "write", "ffn_out-0")):
+        cid = b.call("graph_compute", t, t + 10_000, backend=backend, sched=0, graph=0, split=split, arg=1)
+        b.access(cid, mode, 0xB000, 0x100, 256, tensor=tensor, node=tensor, op=1, index=0)
+    b.write(path)
+    return path
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    bare = latent_trace(tmp_path / "bare.ggmltrace", {"cmdline": "/bin/true\0"})
+    r = ggml_trace("force", bare, timeout=60)
+    assert r.returncode == 2 and "no META cwd, env" in r.stderr and len(r.stderr.splitlines()) == 1
+    full = latent_trace(tmp_path / "full.ggmltrace", {"cmdline": "/bin/true\0", "cwd": "/", "env": ""})
+    r = ggml_trace("force", full, "--race", 2, timeout=60)
+    assert r.returncode == 2 and "has 1 race" in r.stderr, r.stderr
+    r = ggml_trace("force", tmp_path / "missing.ggmltrace", timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_the_delay_without_device_timing_is_the_default(tmp_path):
+    t = analysis.load(latent_trace(tmp_path / "t.ggmltrace", {}))
+    (race,) = analysis.races(t).to_json()["races"]
+    assert race_match.is_queue_op(race["a"], t) and not race_match.timed(race["a"], t)
+    assert race_match.timed(race["b"], t)  # the CPU's split is a host operation: its call is its run
+    us, why = force.delay_for(race, race_match.timed(race["a"], t), None)
+    assert us == force.UNTIMED_US + force.MIN_SLACK_US and "unknown" in why
+    assert force.delay_rule(race, us) == f"VDEV0:graph_compute,graph=0,split=3:{us:g}"
+
+
+@pytest.mark.parametrize("name", ["h", "n12 (cont)", "x[0]*", "a,b:c;d", "?"])
+def test_copy_rules_select_the_tensor_by_its_own_name(name):
+    race = {"a": {"backend": "VDEV0", "kind": "cpy_tensor_async", "graph": 4, "split": 2, "tensor": name}}
+    rule = force.delay_rule(race, 1500)
+    glob = rule.split("tensor=")[1].rsplit(":", 1)[0]
+    assert fnmatch.fnmatchcase(name, glob) and not fnmatch.fnmatchcase(name + "x", glob)
+    assert rule.startswith("VDEV0:cpy_tensor_async,graph=4,split=2,") and rule.endswith(":1500")
