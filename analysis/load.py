@@ -15,6 +15,7 @@ from .trace_file import (
     ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
     KIND_IDS, NONE32, RawTrace, read_trace_file,
 )
+from .trace_file import CALL_META_PARENT, META_ROLES
 
 MISSING_STRING = "<missing string>"  # an id that no StringRec defines
 SCHED_NONE = 0xFF
@@ -396,7 +397,35 @@ class _Loader:
             "obj": self.c_obj,
             "arg": self.c_arg,
             "failed": (r["flags"] & 1) != 0,
+            **self.nesting(r["flags"]),
         })
+
+    def nesting(self, flags: np.ndarray) -> dict:
+        """Tensor parallelism (docs/tensor-parallel.md): meta_parent marks a meta backend's call
+        (a range over the calls it made); a call it made has its parent's call_id, the device
+        index within the meta backend, the meta subgraph and its role."""
+        n = self.raw.nest
+        rows = _lookup(self.c_id, n["call_id"].astype(np.uint64))
+        ok = rows >= 0
+        rows = rows[ok]
+        parent = np.zeros(len(self.c_id), np.uint64)
+        parent[rows] = n["parent"].astype(np.uint64)[ok]
+        device = np.full(len(self.c_id), -1, np.int64)
+        device[rows] = n["device"].astype(np.int64)[ok]
+        device[device == 0xff] = -1
+        sub = np.full(len(self.c_id), -1, np.int64)
+        sub[rows] = n["subgraph"].astype(np.int64)[ok]
+        role = np.full(len(self.c_id), -1, np.int64)
+        role[rows] = n["role"].astype(np.int64)[ok] - 1  # MetaRole 1.. -> category code
+        role[(role < 0) | (role >= len(META_ROLES))] = -1
+        self.c_meta_parent = (flags & CALL_META_PARENT) != 0
+        return {
+            "meta_parent": self.c_meta_parent,
+            "parent": parent,
+            "device_index": _nullable(device, device < 0),
+            "meta_subgraph": _nullable(sub, sub < 0),
+            "role": _with_codes(role, pd.CategoricalDtype(META_ROLES)),
+        }
 
     def call_columns(self, rows: np.ndarray, cols: list[str], t_fill: int = 0) -> dict:
         """Columns of the calls at `rows` (-1: no such call -> missing values; times that are
@@ -794,7 +823,9 @@ def summarize(trace: Trace) -> dict:
         return df[df["kind"].isin(kinds)]
 
     n_splits = count(splits["backend"])
-    busy = splits.groupby("backend", observed=True)["duration"].sum().to_dict()
+    # A meta backend's compute spans its devices' work, which their own rows count.
+    own = ~splits["call_id"].isin(calls.loc[calls["meta_parent"], "call_id"])
+    busy = splits[own].groupby("backend", observed=True)["duration"].sum().to_dict()
     copies_in = count(copies["dst_backend"])
     bytes_in = copies.groupby("dst_backend", observed=True)["bytes"].sum().to_dict()
     syncs = count(of(sync, ["synchronize", "event_synchronize"])["backend"])

@@ -31,7 +31,8 @@ import pandas as pd
 
 from .load import _lookup, _pick_lifetime, _take, backend_labels, best_device_intervals
 
-CLASSES = ["read-after-reuse", "write-after-write", "read-after-write"]
+# write-after-read: a read, then an unordered overwrite of the same bytes (appended: codes stay)
+CLASSES = ["read-after-reuse", "write-after-write", "read-after-write", "write-after-read"]
 MODES = ["read", "write"]
 
 # Calls that only enqueue work when issued to an async backend (a queue position each).
@@ -51,7 +52,7 @@ FINDING_COLUMNS = (
     ["class", "manifested", "inverted", "margin_us", "count"]
     + [f"{s}_{c}" for s in "ab" for c in ("backend", "graph", "split", "kind", "tensor", "node",
                                           "thread", "mode", "t_begin_us", "t_end_us", "device",
-                                          "call_id")]
+                                          "call_id", "role")]
     + ["buffer", "generation", "buffer_type", "range_start", "range_end", "missing",
        "first_graph", "first_t_us", "last_graph", "last_t_us", "verdict", "basis"])
 # verdict: what the times prove. basis: what the times of the pair's operations are — "device"
@@ -135,7 +136,7 @@ class RaceReport:
             r = {k: _py(v) for k, v in r.items()}
             side = {s: {c: r[f"{s}_{c}"] for c in ("backend", "graph", "split", "kind", "tensor",
                                                    "node", "thread", "mode", "t_begin_us",
-                                                   "t_end_us", "device", "call_id")}
+                                                   "t_end_us", "device", "call_id", "role")}
                     for s in "ab"}
             out.append({
                 "class": r["class"],
@@ -223,7 +224,14 @@ class _Analysis:
         self.kind_names = np.array(kinds, dtype=object)
         kcode_all = _codes(calls["kind"])
         dev = kinds.index("device_exec") if "device_exec" in kinds else -2
-        keep = np.flatnonzero(kcode_all != dev)
+        # A meta backend's call is only a range over the calls it made on its simple backends.
+        parent = (calls["meta_parent"].to_numpy(bool) if "meta_parent" in calls
+                  else np.zeros(len(calls), bool))
+        keep = np.flatnonzero((kcode_all != dev) & ~parent)
+        self.c_role = (_codes(calls["role"])[keep] if "role" in calls
+                       else np.full(len(keep), -1, np.int64))
+        self.role_names = np.array(list(calls["role"].cat.categories) if "role" in calls else [],
+                                   dtype=object)
         c = calls.iloc[keep]
         self.n = n = len(keep)
         self.c_id = c["call_id"].to_numpy(np.uint64)
@@ -518,7 +526,7 @@ class _Analysis:
         oa, ob = self.a_ord[pa], self.a_ord[pb]
         same = self.a_tensor[pa] == self.a_tensor[pb]
         both_w = self.a_write[pa] & self.a_write[pb]
-        cls = np.where(~same, 0, np.where(both_w, 1, 2))
+        cls = np.where(~same, 0, np.where(both_w, 1, np.where(self.a_write[pa], 2, 3)))
         # a comes first in program order. Manifested: a had not ended when b began — the
         # executions overlapped, or ran in the opposite order to the program's (the later
         # operation finished before the earlier one started: the bytes were overwritten before
@@ -593,6 +601,7 @@ class _Analysis:
             "t_end_us": (ex_e[o] / 1000.0).tolist(),
             "device": has_dev[o].tolist(),
             "call_id": self.c_id[o].tolist(),
+            "role": _objects(self.role_names, self.c_role[o]),
             "queue": self.c_enq[o].tolist(),
         }
 
@@ -627,7 +636,10 @@ class _Analysis:
         out["buffer_type"] = btype
         out["range_start"] = np.maximum(self.a_off[aa], self.a_off[ab]).tolist()
         out["range_end"] = np.minimum(self.a_end[aa], self.a_end[ab]).tolist()
-        out["missing"] = _missing_column(sides["a"], sides["b"])
+        is_host = np.where(known, bf["is_host"].to_numpy(bool)[ltk] if len(bf) else False, False)
+        memory = ["host memory" if h else f"{b} device memory" if b else "device memory"
+                  for h, b in zip(is_host.tolist(), btype)]
+        out["missing"] = _missing_column(sides["a"], sides["b"], memory)
         out["first_graph"] = _ints(agg["graph"].to_numpy(np.int64))
         out["first_t_us"] = (agg["t"].to_numpy(np.int64) / 1000.0).tolist()
         out["last_graph"] = _ints(agg["last_graph"].to_numpy(np.int64))
@@ -688,14 +700,14 @@ def _ints(values: np.ndarray) -> list:
     return v.tolist()
 
 
-def _missing_column(a: dict, b: dict) -> list:
+def _missing_column(a: dict, b: dict, memory: list) -> list:
     """missing_words for every finding; describe_op runs once per distinct operation shape."""
     memo_op, memo_fix = {}, {}
 
     def op(s, i):
-        k = (s["backend"][i], s["kind"][i], s["split"][i], s["thread"][i])
+        k = (s["backend"][i], s["kind"][i], s["split"][i], s["thread"][i], s["role"][i])
         if k not in memo_op:
-            memo_op[k] = describe_op(dict(zip(("backend", "kind", "split", "thread"), k)))
+            memo_op[k] = describe_op(dict(zip(("backend", "kind", "split", "thread", "role"), k)))
         return memo_op[k]
 
     out = []
@@ -705,7 +717,8 @@ def _missing_column(a: dict, b: dict) -> list:
         if k not in memo_fix:
             memo_fix[k] = _fix_words(*k)
         out.append(_head_words(op(a, i), op(b, i), a["graph"][i], b["graph"][i],
-                               a["mode"][i], b["mode"][i], a["tensor"][i], b["tensor"][i])
+                               a["mode"][i], b["mode"][i], a["tensor"][i], b["tensor"][i],
+                               memory[i])
                    + "; " + memo_fix[k])
     return out
 
@@ -730,7 +743,11 @@ def _expand(lo: np.ndarray, cnt: np.ndarray):
 
 def describe_op(s: dict) -> str:
     """'VDEV0 split 3', 'CUDA0 cpy_tensor_async (input of split 4)', 'buf_set_tensor (thread 0)'."""
-    be, kind, split = s["backend"], s["kind"], s["split"]
+    be, kind, split, role = s["backend"], s["kind"], s["split"], s.get("role")
+    if role is not None:  # a call a meta backend made (tensor parallelism)
+        where = f" (in split {split})" if split is not None else ""
+        return f"{be} allreduce {role}{where}" if role in ("zero", "copy", "reduce") else \
+            f"{be} {kind} ({role}){where}"
     if kind == "graph_compute":
         return f"{be or 'backend ?'} split {split if split is not None else '?'}"
     if kind.startswith("buf_"):
@@ -742,11 +759,14 @@ def describe_op(s: dict) -> str:
     return txt
 
 
-def _head_words(op_a, op_b, graph_a, graph_b, mode_a, mode_b, tensor_a, tensor_b) -> str:
+def _head_words(op_a, op_b, graph_a, graph_b, mode_a, mode_b, tensor_a, tensor_b,
+                memory="host memory") -> str:
+    """memory: what the bytes are when a tensor has no name ("host memory", "VDEV1 device
+    memory")."""
     ga = f"graph {graph_a}, " if graph_a is not None else ""
     gb = f" (graph {graph_b})" if graph_b is not None else ""
-    what_a = f"{'writes' if mode_a == 'write' else 'reads'} {tensor_a or 'host memory'}"
-    what_b = f"{'writes' if mode_b == 'write' else 'reads'} {tensor_b or 'host memory'}"
+    what_a = f"{'writes' if mode_a == 'write' else 'reads'} {tensor_a or memory}"
+    what_b = f"{'writes' if mode_b == 'write' else 'reads'} {tensor_b or memory}"
     return (f"nothing orders {op_a} ({ga}{what_a}) before {op_b}{gb} {what_b} "
             f"{'over' if mode_b == 'write' else 'from'} the same bytes")
 
@@ -769,7 +789,7 @@ def missing_words(a: dict, b: dict) -> str:
     a and b: dicts with backend, kind, split, thread, graph, mode, tensor and queue (whether the
     operation ran on an async backend's queue)."""
     return (_head_words(describe_op(a), describe_op(b), a["graph"], b["graph"], a["mode"],
-                        b["mode"], a["tensor"], b["tensor"])
+                        b["mode"], a["tensor"], b["tensor"], a.get("memory", "host memory"))
             + "; " + _fix_words(a["queue"], b["queue"], a["backend"], b["backend"],
                                 a["thread"], b["thread"]))
 

@@ -26,8 +26,12 @@ NONE32 = 0xFFFFFFFF
 # RecordType
 REC_NONE, REC_STRING, REC_META, REC_THREAD, REC_BACKEND = 0, 1, 2, 3, 4
 REC_BUFFER, REC_CALL, REC_ACCESS, REC_PLACE, REC_CLOCK = 5, 6, 7, 8, 9
-REC_GPU, REC_SAMPLE = 10, 11
-MAX_RECORD_TYPE = REC_SAMPLE
+REC_GPU, REC_SAMPLE, REC_NEST = 10, 11, 12
+MAX_RECORD_TYPE = REC_NEST
+
+# CallRec flags bit 5: a meta (tensor-parallel) backend's call; MetaRole of REC_NEST
+CALL_META_PARENT = 0x20
+META_ROLES = ["main", "zero", "copy", "reduce", "io", "sync", "other"]  # MetaRole 1..7
 
 # GpuActivityKind (REC_GPU)
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, GPU_CORRELATION, GPU_API = 1, 2, 3, 4, 5
@@ -137,11 +141,17 @@ SAMPLE_DTYPE = _struct(64, [
     ("value", "<f8", 24),  # pad2[32] at 32
 ])
 
+NEST_DTYPE = _struct(64, [
+    ("type", "u1", 0), ("role", "u1", 1), ("device", "u1", 2), ("thread", "<u4", 4),
+    ("call_id", "<u8", 8), ("parent", "<u8", 16), ("meta_backend", "<u4", 24),
+    ("subgraph", "<i4", 28),  # pad2[32] at 32
+])
+
 RECORD_DTYPES = {
     REC_STRING: STRING_DTYPE, REC_META: META_DTYPE, REC_THREAD: THREAD_DTYPE,
     REC_BACKEND: BACKEND_DTYPE, REC_BUFFER: BUFFER_DTYPE, REC_CALL: CALL_DTYPE,
     REC_ACCESS: ACCESS_DTYPE, REC_PLACE: ACCESS_DTYPE, REC_CLOCK: CLOCK_DTYPE,
-    REC_GPU: GPU_DTYPE, REC_SAMPLE: SAMPLE_DTYPE,
+    REC_GPU: GPU_DTYPE, REC_SAMPLE: SAMPLE_DTYPE, REC_NEST: NEST_DTYPE,
 }
 
 INCOMPLETE_STRING = "<incomplete string>"
@@ -164,6 +174,7 @@ class RawTrace:
     clocks: np.ndarray          # CLOCK_DTYPE
     gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, GPU_DTYPE))
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0, SAMPLE_DTYPE))
+    nest: np.ndarray = field(default_factory=lambda: np.zeros(0, NEST_DTYPE))
     strings: dict[int, str] = field(default_factory=dict)
     truncated: bool = False     # the body is not a whole number of chunks (file was cut)
     unknown_records: int = 0    # records with an unknown type byte dropped (strict=False)
@@ -386,5 +397,6 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     raw.clocks = parts[REC_CLOCK]
     raw.gpu = parts[REC_GPU]
     raw.samples = parts[REC_SAMPLE]
+    raw.nest = parts[REC_NEST]
     raw.strings = _assemble_strings(raw.string_recs)
     return raw

@@ -17,6 +17,7 @@
 #include "delay.h"
 #include "device_timing.h"
 #include "ggml_api.h"
+#include "meta.h"
 #include "registry.h"
 #include "trace_writer.h"
 #include "virtual_device.h"
@@ -108,6 +109,7 @@ struct CallScope {  // fills and commits one CALL record
         r.t_end = now_ticks();
         id();
         r.thread = thread_index();
+        meta_commit(r);  // a meta call's flag, or the NEST record of a call it made
         CallRec * out = (CallRec *) reserve_record();
         if (out) {
             memcpy((uint8_t *) out + 1, (uint8_t *) &r + 1, sizeof(r) - 1);
@@ -125,6 +127,9 @@ ggml_backend_buffer_t buffer_of(const ggml_tensor * t) {
 
 void emit_range(uint8_t type, uint8_t mode, uint64_t call_id, ggml_backend_buffer_t buffer, uint64_t offset,
                 uint64_t size, uint64_t tensor_name, uint64_t node_name, uint32_t op, uint32_t index) {
+    if (meta_parent_call(call_id)) {
+        return;  // a meta backend's call: its simple backends' calls carry the accesses
+    }
     AccessRec * r = (AccessRec *) reserve_record();
     if (!r) {
         return;
@@ -149,6 +154,12 @@ void hook_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor * t, const void *
 // compute or weight buffer, and registering looks it up in a shared table.
 thread_local ggml_backend_buffer_t t_last_seen = nullptr;
 
+// The interned name of a tensor; the meta backend's allreduce temporaries have none of their own.
+uint64_t tensor_name(const ggml_tensor * t) {
+    uint64_t m = t->name[0] ? 0 : meta_unnamed(t);
+    return m ? m : intern(t->name);
+}
+
 // A tensor's bytes as (buffer, offset, size); `extra` shifts into the tensor, `size` overrides.
 // `name` is the tensor's interned name when the caller has it already.
 void emit_tensor(uint8_t type, uint8_t mode, uint64_t call_id, const ggml_tensor * t, uint64_t node_name,
@@ -163,7 +174,7 @@ void emit_tensor(uint8_t type, uint8_t mode, uint64_t call_id, const ggml_tensor
         t_last_seen = buf;
     }
     uint64_t offset = (uint64_t) ((const char *) t->data - (const char *) g_api.buffer_get_base(buf)) + extra;
-    name = name ? name : intern(t->name);
+    name = name ? name : tensor_name(t);
     emit_range(type, mode, call_id, buf, offset, size == (size_t) -1 ? g_api.nbytes(t) : size, name,
                node_name ? node_name : name, (uint32_t) t->op, index);
 }
@@ -194,6 +205,7 @@ void hook_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor * t, const void *
         return orig.set_tensor(buffer, t, data, offset, size);
     }
     CallScope c(K_BUF_SET_TENSOR);
+    MetaParent meta(c.id(), buffer);
     orig.set_tensor(buffer, t, data, offset, size);
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
@@ -209,6 +221,7 @@ void hook_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor * t, void *
         return orig.get_tensor(buffer, t, data, offset, size);
     }
     CallScope c(K_BUF_GET_TENSOR);
+    MetaParent meta(c.id(), buffer);
     orig.get_tensor(buffer, t, data, offset, size);
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
@@ -228,6 +241,7 @@ void hook_set_tensor_2d(ggml_backend_buffer_t buffer, ggml_tensor * t, const voi
         return orig.set_tensor_2d(buffer, t, data, offset, size, n_copies, stride_tensor, stride_data);
     }
     CallScope c(K_BUF_SET_TENSOR_2D);
+    MetaParent meta(c.id(), buffer);
     orig.set_tensor_2d(buffer, t, data, offset, size, n_copies, stride_tensor, stride_data);
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
@@ -244,6 +258,7 @@ void hook_get_tensor_2d(ggml_backend_buffer_t buffer, const ggml_tensor * t, voi
         return orig.get_tensor_2d(buffer, t, data, offset, size, n_copies, stride_tensor, stride_data);
     }
     CallScope c(K_BUF_GET_TENSOR_2D);
+    MetaParent meta(c.id(), buffer);
     orig.get_tensor_2d(buffer, t, data, offset, size, n_copies, stride_tensor, stride_data);
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
@@ -259,6 +274,7 @@ void hook_memset_tensor(ggml_backend_buffer_t buffer, ggml_tensor * t, uint8_t v
         return orig.memset_tensor(buffer, t, value, offset, size);
     }
     CallScope c(K_BUF_MEMSET_TENSOR);
+    MetaParent meta(c.id(), buffer);
     orig.memset_tensor(buffer, t, value, offset, size);
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) t;
@@ -273,6 +289,7 @@ bool hook_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor * src, ggml
         return orig.cpy_tensor(buffer, src, dst);
     }
     CallScope c(K_BUF_CPY_TENSOR);
+    MetaParent meta(c.id(), buffer);
     bool ok = orig.cpy_tensor(buffer, src, dst);
     c.r.backend = backend_of_buffer(buffer);
     c.r.backend2 = src->buffer ? backend_of_buffer(src->buffer) : NONE32;
@@ -293,6 +310,7 @@ void hook_clear(ggml_backend_buffer_t buffer, uint8_t value) {
         return orig.clear(buffer, value);
     }
     CallScope c(K_BUF_CLEAR);
+    MetaParent meta(c.id(), buffer);
     orig.clear(buffer, value);
     c.r.backend = backend_of_buffer(buffer);
     c.r.obj = (uint64_t) (uintptr_t) buffer;
@@ -374,6 +392,7 @@ ggml_backend_buffer_t hook_alloc_buffer(ggml_backend_buffer_type_t buft, size_t 
         c.r.flags = buffer ? 0 : 1;
         if (buffer) {
             see_buffer(buffer, BUF_ALLOCATED);
+            meta_note_alloc(buffer);
         }
         c.commit();
     }
@@ -444,7 +463,7 @@ void emit_split_accesses(uint64_t call_id, ggml_cgraph * graph) {
         if (is_view_op(node->op) || node->op == GGML_OP_NONE) {
             continue;
         }
-        uint64_t node_name = intern(node->name);
+        uint64_t node_name = tensor_name(node);
         for (int j = 0; j < GGML_MAX_SRC; j++) {
             const ggml_tensor * src = node->src[j];
             if (!src || t_produced.contains(src) || t_produced.contains(view_root(src))) {
@@ -490,7 +509,10 @@ enum ggml_status hook_graph_compute(ggml_backend_t backend, ggml_cgraph * graph)
     if (!capturing()) {
         return e.orig.graph_compute(backend, graph);
     }
+    bool nested = meta_nested();  // a meta backend's subgraph: not a split of the scheduler
     CallScope c(K_GRAPH_COMPUTE);
+    MetaParent meta(c.id(), backend);
+    if (nested) meta_note_compute(graph);
     if (delay_on()) delay_before(c.r, backend, e.index, e.orig, graph, nullptr, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     enum ggml_status st = e.orig.graph_compute(backend, graph);
@@ -501,7 +523,7 @@ enum ggml_status hook_graph_compute(ggml_backend_t backend, ggml_cgraph * graph)
     c.r.flags = st == GGML_STATUS_SUCCESS ? 0 : 1;
     emit_split_accesses(c.id(), graph);
     c.commit();
-    if (t_ctx.split >= 0) {
+    if (t_ctx.split >= 0 && !nested) {
         t_ctx.split++;  // the next split of this scheduler graph
     }
     return st;
@@ -541,6 +563,7 @@ void hook_set_tensor_async(ggml_backend_t backend, ggml_tensor * t, const void *
         return e.orig.set_tensor_async(backend, t, data, offset, size);
     }
     CallScope c(K_SET_TENSOR_ASYNC);
+    MetaParent meta(c.id(), backend);
     if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, t, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.set_tensor_async(backend, t, data, offset, size);
@@ -559,6 +582,7 @@ void hook_get_tensor_async(ggml_backend_t backend, const ggml_tensor * t, void *
         return e.orig.get_tensor_async(backend, t, data, offset, size);
     }
     CallScope c(K_GET_TENSOR_ASYNC);
+    MetaParent meta(c.id(), backend);
     if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, t, nullptr);
     TimedOp timed = device_timing_begin(backend, e.index, e.orig);
     e.orig.get_tensor_async(backend, t, data, offset, size);
@@ -617,6 +641,7 @@ void hook_synchronize(ggml_backend_t backend) {
         return e.orig.synchronize(backend);
     }
     CallScope c(K_SYNCHRONIZE);
+    MetaParent meta(c.id(), backend);
     if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, nullptr, nullptr);
     e.orig.synchronize(backend);
     c.r.backend = e.index;
@@ -1053,7 +1078,8 @@ ggml_backend_sched_t ggml_backend_sched_new(ggml_backend_t * backends, ggml_back
         so.backends[i] = backends[i];
         so.bufts[i] = bufts ? bufts[i] : g_api.backend_get_default_buffer_type(backends[i]);
     }
-    if (!register_backends(backends, so.bufts, n_backends)) {
+    so.n = meta_expand(so.backends, so.bufts, n_backends, MAX_BACKENDS);
+    if (!register_backends(so.backends, so.bufts, so.n)) {
         return sched;
     }
     g_scheds[idx].store(sched, std::memory_order_release);

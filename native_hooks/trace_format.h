@@ -53,6 +53,7 @@ enum RecordType : uint8_t {
     REC_CLOCK   = 9,  // a (ticks, CLOCK_MONOTONIC ns) pair to convert record times
     REC_GPU     = 10, // a GPU activity reported by CUPTI (kernel, memcpy, memset, correlation)
     REC_SAMPLE  = 11, // one reading of a GPU counter (NVML), appended by the recorder
+    REC_NEST    = 12, // a call made by a meta (tensor-parallel) backend's call: parent, device, role
 };
 
 enum CallKind : uint8_t {
@@ -92,6 +93,12 @@ enum AccessMode : uint8_t { ACC_READ = 1, ACC_WRITE = 2 };
 enum BufferEvent : uint8_t { BUF_SEEN = 1, BUF_ALLOCATED = 2, BUF_FREED = 3 };
 
 static const uint32_t NONE32 = 0xffffffffu;
+
+// CallRec flags bit 5: the call went to a meta backend (or a meta buffer); its work is in the calls
+// it made on the simple backends (NEST records point at it), it has no accesses or queue itself.
+static const uint8_t CALL_META_PARENT = 0x20;
+enum MetaRole : uint8_t { ROLE_NONE = 0, ROLE_MAIN = 1, ROLE_ZERO = 2, ROLE_COPY = 3, ROLE_REDUCE = 4,
+                          ROLE_IO = 5, ROLE_SYNC = 6, ROLE_OTHER = 7 };
 
 struct StringRec {   // REC_STRING
     uint8_t  type;
@@ -219,6 +226,19 @@ struct SampleRec {   // REC_SAMPLE
     uint8_t  pad2[32];
 };
 static_assert(sizeof(FileHeader) <= HEADER_SIZE, "header");
+struct NestRec {      // REC_NEST
+    uint8_t  type;
+    uint8_t  role;        // MetaRole
+    uint8_t  device;      // index of the simple backend within the meta backend (copies: the source's)
+    uint8_t  pad;
+    uint32_t thread;
+    uint64_t call_id;     // the nested call
+    uint64_t parent;      // call_id of the meta call that made it
+    uint32_t meta_backend;// backend index of the meta backend
+    int32_t  subgraph;    // meta subgraph index (computes and allreduce steps), or -1
+    uint8_t  pad2[32];
+};
+static_assert(sizeof(NestRec) == RECORD_SIZE, "nest");
 static_assert(sizeof(GpuActivityRec) == RECORD_SIZE, "gpu activity");
 static_assert(sizeof(SampleRec) == RECORD_SIZE, "sample");
 static_assert(sizeof(ChunkHeader) == RECORD_SIZE, "chunk header");
