@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .load import backend_labels
-from .races import ENQUEUE_KINDS, RaceReport
+from .races import RaceReport
 
 SIDE_KEY = ("backend", "kind", "split", "tensor", "mode")
 
@@ -27,7 +26,8 @@ def identity(race: dict) -> tuple:
 @dataclass
 class Recurrence:
     """The race as one run showed it. found: the run has a race with the same identity;
-    manifested / inverted / margin_us: that finding's (docs/races.md); target_graph: the graph
+    manifested / inverted / margin_us / verdict / basis: that finding's (docs/races.md;
+    manifested only where the times prove it); target_graph: the graph
     asked about, target_manifested: whether its occurrence there manifested (None when the race
     has no occurrence in that graph); same_bytes: whether the first occurrence touched the same
     byte range of the same buffer type as the original."""
@@ -36,6 +36,8 @@ class Recurrence:
     manifested: bool = False
     inverted: bool = False
     margin_us: float | None = None
+    verdict: str | None = None
+    basis: str | None = None
     count: int = 0
     target_graph: int | None = None
     target_manifested: bool | None = None
@@ -53,7 +55,7 @@ def recurrence(race: dict, trace, report: RaceReport, graph: int | None = None) 
     if match is None:
         return Recurrence(False, target_graph=graph)
     out = Recurrence(True, match["manifested"], match["inverted"], match["margin_us"],
-                     match["count"], graph,
+                     match["verdict"], match["basis"], match["count"], graph,
                      same_bytes=(match["range"] == race["range"]
                                  and match["buffer_type"] == race["buffer_type"]))
     if graph is not None:
@@ -88,18 +90,3 @@ def _eq(series: pd.Series, value) -> np.ndarray:
     if value is None:
         return series.isna().to_numpy(bool)
     return (series.astype(object) == value).fillna(False).to_numpy(bool)
-
-
-def is_queue_op(side: dict, trace) -> bool:
-    """Whether a side of a finding is work queued on an async backend (its host call only
-    enqueued it), as the race analysis decides (docs/races.md, "Queues")."""
-    be = trace.backends
-    flags = be["has_async"].to_numpy(bool) | be["has_events"].to_numpy(bool)
-    async_names = {n for n, f in zip(backend_labels(be), flags.tolist()) if f}
-    return side["kind"] in ENQUEUE_KINDS and side["backend"] in async_names
-
-
-def timed(side: dict, trace) -> bool:
-    """Whether a side's interval in the finding is when it ran: a device record, or a host
-    operation's own call. A queue operation without device records has only its enqueue time."""
-    return bool(side["device"]) or not is_queue_op(side, trace)

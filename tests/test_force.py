@@ -137,9 +137,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_the_delay_without_device_timing_is_the_default(tmp_path):
     t = analysis.load(latent_trace(tmp_path / "t.ggmltrace", {}))
     (race,) = analysis.races(t).to_json()["races"]
-    assert race_match.is_queue_op(race["a"], t) and not race_match.timed(race["a"], t)
-    assert race_match.timed(race["b"], t)  # the CPU's split is a host operation: its call is its run
-    us, why = force.delay_for(race, race_match.timed(race["a"], t), None)
+    assert race["basis"] == "host" and race["verdict"] == "undetermined"
+    assert force.pick_race([race], None) == (1, race)
+    us, why = force.delay_for(race, None)
     assert us == force.UNTIMED_US + force.MIN_SLACK_US and "unknown" in why
     assert force.delay_rule(race, us) == f"VDEV0:graph_compute,graph=0,split=3:{us:g}"
 
@@ -151,3 +151,14 @@ def test_copy_rules_select_the_tensor_by_its_own_name(name):
     glob = rule.split("tensor=")[1].rsplit(":", 1)[0]
     assert fnmatch.fnmatchcase(name, glob) and not fnmatch.fnmatchcase(name + "x", glob)
     assert rule.startswith("VDEV0:cpy_tensor_async,graph=4,split=2,") and rule.endswith(":1500")
+
+
+def test_the_default_race_is_the_closest_latent_one():
+    found = [{"verdict": "manifested"}, {"verdict": "undetermined"}, {"verdict": "latent", "margin_us": 5.0},
+             {"verdict": "latent", "margin_us": 50.0}]
+    assert force.pick_race(found, None)[0] == 3
+    assert force.pick_race(found[:2], None)[0] == 2
+    assert force.pick_race(found[:1], None)[0] == 1
+    assert force.pick_race(found, 4) == (4, found[3])
+    with pytest.raises(force.ForceError, match="has 4 races"):
+        force.pick_race(found, 0)

@@ -121,7 +121,8 @@ def cmd_force(args) -> int:
         print(f"ggml-trace force: {e}", file=sys.stderr)
         return 2
     print(json.dumps(r.to_json(), indent=2) if args.json else format_result(r))
-    return 1 if r.manifested_runs else 0
+    # manifested: the trace proves it, or it cannot tell and the output shows it
+    return 1 if r.manifested_runs or (r.verdict == "undetermined" and r.diverged_runs) else 0
 
 
 def cmd_builds(args) -> int:

@@ -73,29 +73,31 @@ class Recorded:
 
 def pick_race(found: list, index: int | None) -> tuple[int, dict]:
     """(1-based number, finding) to force: `index` (as `ggml-trace races` numbers them), else the
-    latent race with the smallest margin, else the first (it manifested already)."""
+    latent race with the smallest margin, else the first undetermined one (its timing is not
+    known), else the first (it manifested already)."""
     if index is not None:
         if not 1 <= index <= len(found):
             raise ForceError(f"--race {index}: the trace has {len(found)} race"
                              f"{'s' if len(found) != 1 else ''} (numbered from 1)")
         return index, found[index - 1]
-    latent = [i for i, r in enumerate(found) if not r["manifested"]]
-    i = latent[0] if latent else 0  # the findings are sorted by margin already
+    # the findings are sorted by margin already
+    i = next((i for v in ("latent", "undetermined") for i, r in enumerate(found) if r["verdict"] == v), 0)
     return i + 1, found[i]
 
 
-def delay_for(race: dict, timed: bool, slack_us: float | None) -> tuple[float, str]:
+def delay_for(race: dict, slack_us: float | None) -> tuple[float, str]:
     """(microseconds, how they were chosen). Delaying a by d moves its start to about
     a.begin + d; b ran from b.begin to b.end, so a runs after b has finished (the inverted
-    order) once d > b.end - a.begin = a's duration + the margin + b's duration."""
+    order) once d > b.end - a.begin = a's duration + the margin + b's duration. Where an async
+    operation has only host times (basis "host", docs/races.md) that need is unknown."""
     a, b = race["a"], race["b"]
-    if timed:
+    if race["basis"] != "host":
         need = max(0.0, b["t_end_us"] - a["t_begin_us"])
         why = (f"b ended {need:.0f} us after a began in the trace (margin "
                f"{race['margin_us'] or 0:.0f} us plus both durations)")
     else:
         need = UNTIMED_US
-        why = (f"no device timing for the earlier operation, so the margin is unknown: "
+        why = (f"no device timing in the trace, so the margin is unknown: "
                f"default {UNTIMED_US:.0f} us")
     slack = max(MIN_SLACK_US, need) if slack_us is None else slack_us
     return float(math.ceil(need + slack)), f"{why}, plus {slack:.0f} us slack"
@@ -150,13 +152,14 @@ class Run:
 @dataclass
 class ForceResult:
     trace: str
-    verdict: str  # no-race, not-manifested, diverged, harmless-so-far
+    verdict: str  # no-race, diverged, harmless-so-far, undetermined, not-manifested
     message: str
     race_number: int | None = None
     race: dict | None = None
     runs: int = 0
     manifested_runs: int = 0
     diverged_runs: int = 0
+    undetermined_runs: int = 0  # forced runs whose times cannot prove either verdict
     delay_us: float | None = None
     delay_reason: str = ""
     rule: str = ""
@@ -216,7 +219,7 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     number, target = pick_race(found, race)
     rec = Recorded.from_meta(original.meta, path)
     lib = _hooks_for(rec, hooks)
-    us, reason = delay_for(target, race_match.timed(target["a"], original), slack_us)
+    us, reason = delay_for(target, slack_us)
     rule = delay_rule(target, us)
 
     run_dir = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="ggml-trace-force-"))
@@ -269,6 +272,7 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
 
     result.details = [asdict(r) for r in baselines + forced]
     result.manifested_runs = sum(f.manifested for f in forced)
+    result.undetermined_runs = sum(f.race.get("verdict") == "undetermined" for f in forced)
     result.baseline_manifested_runs = sum(b.manifested for b in baselines)
     result.baseline_outputs = len(base_outputs)
     if baselines:
@@ -281,8 +285,9 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     elif baselines:
         result.compared_with, result.diverged_runs = "baseline", result.diverged_from_baseline
     result.command = _command(rec, lib, rule, run_dir / "forced.ggmltrace")
-    result.verdict = ("not-manifested" if result.manifested_runs == 0 else
-                      "diverged" if result.diverged_runs else "harmless-so-far")
+    result.verdict = ("diverged" if result.manifested_runs and result.diverged_runs else
+                      "harmless-so-far" if result.manifested_runs else
+                      "undetermined" if result.undetermined_runs else "not-manifested")
     result.message = _message(result)
     return result
 
@@ -311,6 +316,11 @@ def _message(r: ForceResult) -> str:
     a = r.race["a"]
     what = (f"race [{r.race_number}] ({r.race['class']}: {a['backend']} {a['kind']} delayed "
             f"{r.delay_us:g} us)")
+    if r.verdict == "undetermined":
+        shown = (f"; the output differed from the {r.compared_with} output in {r.diverged_runs} of "
+                 f"{r.runs}" if r.compared_with else "")
+        return (f"{what}: the traces cannot tell whether it manifested in {r.undetermined_runs} of "
+                f"{r.runs} runs (no device times: record the trace with --device-timing){shown}")
     if r.verdict == "not-manifested":
         return (f"{what} did not manifest in any of {r.runs} runs: the delay could not force it "
                 "(a longer --slack-us may; or something not traced orders the two operations)")
