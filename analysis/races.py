@@ -52,7 +52,7 @@ FINDING_COLUMNS = (
     ["class", "manifested", "inverted", "margin_us", "count"]
     + [f"{s}_{c}" for s in "ab" for c in ("backend", "graph", "split", "kind", "tensor", "node",
                                           "thread", "mode", "t_begin_us", "t_end_us", "device",
-                                          "call_id", "role")]
+                                          "call_id", "role", "queue_backend")]
     + ["buffer", "generation", "buffer_type", "range_start", "range_end", "missing",
        "first_graph", "first_t_us", "last_graph", "last_t_us", "verdict", "basis"])
 # verdict: what the times prove. basis: what the times of the pair's operations are — "device"
@@ -136,7 +136,8 @@ class RaceReport:
             r = {k: _py(v) for k, v in r.items()}
             side = {s: {c: r[f"{s}_{c}"] for c in ("backend", "graph", "split", "kind", "tensor",
                                                    "node", "thread", "mode", "t_begin_us",
-                                                   "t_end_us", "device", "call_id", "role")}
+                                                   "t_end_us", "device", "call_id", "role",
+                                                   "queue_backend")}
                     for s in "ab"}
             out.append({
                 "class": r["class"],
@@ -283,6 +284,7 @@ class _Analysis:
         cross = kind_is(["cpy_tensor_async"]) & enq & (self.c_backend2 >= 0)
         cross &= is_async[np.maximum(self.c_backend2, 0)] & (self.c_backend2 != self.c_backend)
         queue_backend[cross] = self.c_backend2[cross]
+        self.c_qbackend = queue_backend  # whose queue runs each call (a peer copy: the source's)
         qb, qcomp = np.unique(queue_backend[eo], return_inverse=True)
         self.queue_names = [str(self.backend_names[b]) for b in qb.tolist()]
         self.queue_of_backend = np.full(len(cats) + 1, -1, np.int64)
@@ -603,6 +605,7 @@ class _Analysis:
             "call_id": self.c_id[o].tolist(),
             "role": _objects(self.role_names, self.c_role[o]),
             "queue": self.c_enq[o].tolist(),
+            "queue_backend": _objects(self.backend_names, self.c_qbackend[o]),
         }
 
     def describe(self, agg: pd.DataFrame) -> pd.DataFrame:
@@ -705,15 +708,18 @@ def _missing_column(a: dict, b: dict, memory: list) -> list:
     memo_op, memo_fix = {}, {}
 
     def op(s, i):
-        k = (s["backend"][i], s["kind"][i], s["split"][i], s["thread"][i], s["role"][i])
+        k = (s["backend"][i], s["kind"][i], s["split"][i], s["thread"][i], s["role"][i],
+             s["queue_backend"][i])
         if k not in memo_op:
-            memo_op[k] = describe_op(dict(zip(("backend", "kind", "split", "thread", "role"), k)))
+            memo_op[k] = describe_op(dict(zip(("backend", "kind", "split", "thread", "role",
+                                               "queue_backend"), k)))
         return memo_op[k]
 
     out = []
     for i in range(len(a["kind"])):
-        k = (a["queue"][i], b["queue"][i], a["backend"][i], b["backend"][i], a["thread"][i],
-             b["thread"][i])
+        # the fix names the queues that ran them (a peer copy runs on its source's queue)
+        k = (a["queue"][i], b["queue"][i], a["queue_backend"][i] or a["backend"][i],
+             b["queue_backend"][i] or b["backend"][i], a["thread"][i], b["thread"][i])
         if k not in memo_fix:
             memo_fix[k] = _fix_words(*k)
         out.append(_head_words(op(a, i), op(b, i), a["graph"][i], b["graph"][i],
@@ -746,7 +752,9 @@ def describe_op(s: dict) -> str:
     be, kind, split, role = s["backend"], s["kind"], s["split"], s.get("role")
     if role is not None:  # a call a meta backend made (tensor parallelism)
         where = f" (in split {split})" if split is not None else ""
-        return f"{be} allreduce {role}{where}" if role in ("zero", "copy", "reduce") else \
+        if role == "copy" and s.get("queue_backend") not in (None, be):
+            return f"{s['queue_backend']}->{be} allreduce copy{where}"
+        return f"{be} allreduce {role}{where}" if role in ("zero", "reduce") else \
             f"{be} {kind} ({role}){where}"
     if kind == "graph_compute":
         return f"{be or 'backend ?'} split {split if split is not None else '?'}"

@@ -39,7 +39,7 @@ namespace {
 const int MAX_VDEVS = 8;
 
 struct Knobs {
-    double latency_us = 0;
+    double latency_us[MAX_VDEVS] = {};  // per device; one value in the variable means every device
     double bandwidth_gbps = 0;  // 0: copies cost only the latency
     double jitter_us = 0;
     uint64_t seed = 0;
@@ -124,7 +124,7 @@ void wait_for(Stream * s, uint64_t seq) {
 }
 
 void delay(Stream * s, size_t bytes) {
-    double us = g_knobs.latency_us;
+    double us = g_knobs.latency_us[s->device];
     if (g_knobs.jitter_us > 0) {
         us += std::uniform_real_distribution<double>(0, g_knobs.jitter_us)(s->rng);
     }
@@ -560,7 +560,17 @@ bool setup_virtual_devices() {
         fprintf(stderr, "ggml-trace: virtual devices need the CPU backend; none is registered\n");
         return false;
     }
-    g_knobs.latency_us = env_num("GGML_TRACE_VDEV_LATENCY_US", 0);
+    // "A" (every device) or "A,B,..." (device i gets the i-th; missing ones the last given)
+    const char * lat = getenv("GGML_TRACE_VDEV_LATENCY_US");
+    double last = 0;
+    for (int i = 0; i < MAX_VDEVS; i++) {
+        if (lat && *lat) {
+            char * end;
+            last = strtod(lat, &end);
+            lat = *end == ',' ? end + 1 : nullptr;
+        }
+        g_knobs.latency_us[i] = last;
+    }
     g_knobs.bandwidth_gbps = env_num("GGML_TRACE_VDEV_BANDWIDTH_GBPS", 0);
     g_knobs.jitter_us = env_num("GGML_TRACE_VDEV_JITTER_US", 0);
     g_knobs.seed = (uint64_t) env_num("GGML_TRACE_VDEV_SEED", 0);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -183,6 +184,114 @@ uint64_t fnv(const void * p, size_t n) {
     return h;
 }
 
+// Tensor parallelism (docs/tensor-parallel.md): a meta device over VDEV0..n-1 runs L residual MLP
+// layers, each up-projection split by its output rows and each down-projection by its input
+// columns, so every layer ends in partial sums that the meta backend all-reduces (its butterfly
+// fallback on virtual devices). Weights and inputs are small integers and the residual is clamped:
+// every sum is exact in any order, so the result must equal the CPU's bit for bit.
+//   x -> [up.l: F rows split] -> [down.l: F columns split] -> partial y -> allreduce -> x = clamp(x + y)
+const int MLP_H = 256, MLP_F = 512, MLP_L = 8, MLP_T = 4;
+
+ggml_backend_meta_split_state mlp_split(const ggml_tensor * t, void * ud) {
+    const int n = *(const int *) ud;
+    ggml_backend_meta_split_state st;
+    memset(&st, 0, sizeof(st));
+    st.nr[0] = 1;
+    st.n_segments = 1;
+    if (strncmp(t->name, "up.", 3) == 0 || strncmp(t->name, "down.", 5) == 0) {
+        st.axis = t->name[0] == 'u' ? GGML_BACKEND_SPLIT_AXIS_1 : GGML_BACKEND_SPLIT_AXIS_0;
+        const int64_t ne = t->ne[st.axis];
+        for (int j = 0; j < n; j++) st.ne[j] = ne * (j + 1) / n - ne * j / n;
+    } else {
+        st.axis = GGML_BACKEND_SPLIT_AXIS_MIRRORED;
+    }
+    return st;
+}
+
+int meta_allreduce(int n_dev, bool cpu_only, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> wd(-1, 1), xd(-4, 4);
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(cpu, 1);
+    ggml_backend_t main_backend = cpu;
+    ggml_backend_buffer_type_t wbuft = ggml_backend_cpu_buffer_type();
+    if (!cpu_only) {
+        std::vector<ggml_backend_dev_t> devs;
+        for (int i = 0; i < n_dev; i++) {
+            std::string name = "VDEV" + std::to_string(i);
+            ggml_backend_dev_t d = ggml_backend_dev_by_name(name.c_str());
+            if (!d) {
+                fprintf(stderr, "no device %s: run under `ggml-trace scenario` (or set GGML_TRACE_VIRTUAL_DEVICES)\n", name.c_str());
+                return 2;
+            }
+            devs.push_back(d);
+        }
+        ggml_backend_dev_t meta = ggml_backend_meta_device(devs.data(), devs.size(), mlp_split, &n_dev);
+        main_backend = ggml_backend_dev_init(meta, nullptr);
+        wbuft = ggml_backend_dev_buffer_type(meta);
+    }
+    ggml_init_params wp = {ggml_tensor_overhead() * (2 * MLP_L + 1), nullptr, true};
+    ggml_context * wctx = ggml_init(wp);
+    std::vector<ggml_tensor *> up, down;
+    char name[32];
+    for (int l = 0; l < MLP_L; l++) {
+        up.push_back(ggml_new_tensor_2d(wctx, GGML_TYPE_F32, MLP_H, MLP_F));
+        snprintf(name, sizeof(name), "up.%d", l);
+        ggml_set_name(up.back(), name);
+        down.push_back(ggml_new_tensor_2d(wctx, GGML_TYPE_F32, MLP_F, MLP_H));
+        snprintf(name, sizeof(name), "down.%d", l);
+        ggml_set_name(down.back(), name);
+    }
+    ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, wbuft);
+    ggml_backend_buffer_set_usage(wbuf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (ggml_tensor * t = ggml_get_first_tensor(wctx); t; t = ggml_get_next_tensor(wctx, t)) {
+        std::vector<float> v(ggml_nelements(t));
+        for (float & x : v) x = (float) (rng() % 16 == 0 ? wd(rng) : 0);  // sparse: sums stay small
+        ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    }
+    ggml_backend_t backends[2] = {main_backend, cpu};
+    ggml_backend_sched_t sched = ggml_backend_sched_new(backends, nullptr, cpu_only ? 1 : 2, 4096, false, false);
+    ggml_init_params cp = {ggml_tensor_overhead() * 64 * MLP_L + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(cp);
+    ggml_tensor * x0 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, MLP_H, MLP_T);
+    ggml_set_name(x0, "x");
+    ggml_set_input(x0);
+    ggml_tensor * x = x0;
+    for (int l = 0; l < MLP_L; l++) {
+        ggml_tensor * h = ggml_mul_mat(ctx, up[l], x);
+        ggml_tensor * y = ggml_mul_mat(ctx, down[l], h);
+        snprintf(name, sizeof(name), "y.%d", l);
+        ggml_set_name(y, name);
+        x = ggml_clamp(ctx, ggml_add(ctx, x, y), -64.0f, 64.0f);
+        snprintf(name, sizeof(name), "x.%d", l);
+        ggml_set_name(x, name);
+    }
+    ggml_set_output(x);
+    ggml_cgraph * graph = ggml_new_graph(ctx);
+    ggml_build_forward_expand(graph, x);
+    if (!ggml_backend_sched_alloc_graph(sched, graph)) {
+        fprintf(stderr, "allocation failed\n");
+        return 1;
+    }
+    std::vector<float> in(MLP_H * MLP_T), result(MLP_H * MLP_T);
+    for (float & v : in) v = (float) xd(rng);
+    ggml_backend_tensor_set(x0, in.data(), 0, ggml_nbytes(x0));
+    if (ggml_backend_sched_graph_compute(sched, graph) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "compute failed\n");
+        return 1;
+    }
+    ggml_backend_tensor_get(x, result.data(), 0, ggml_nbytes(x));
+    printf("result %016llx %g %g\n", (unsigned long long) fnv(result.data(), result.size() * sizeof(float)), result[0],
+           result[result.size() - 1]);
+    ggml_backend_sched_free(sched);
+    ggml_free(ctx);
+    ggml_backend_buffer_free(wbuf);
+    ggml_free(wctx);
+    if (main_backend != cpu) ggml_backend_free(main_backend);
+    ggml_backend_free(cpu);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -191,6 +300,17 @@ int main(int argc, char ** argv) {
         for (const Entry & e : SCENARIOS) fprintf(stderr, " %s", e.name);
         fprintf(stderr, "\n");
         return 2;
+    }
+    if (strcmp(argv[1], "meta-allreduce") == 0) {  // its own set-up: a meta device, not placements
+        int n_dev = 2;
+        bool cpu_only = false;
+        unsigned seed = 1;
+        for (int i = 2; i < argc; i++) {
+            if (strcmp(argv[i], "--cpu-only") == 0) cpu_only = true;
+            if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = (unsigned) atoi(argv[++i]);
+            if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc) n_dev = atoi(argv[++i]);
+        }
+        return meta_allreduce(n_dev, cpu_only, seed);
     }
     const Entry * entry = nullptr;
     for (const Entry & e : SCENARIOS) {

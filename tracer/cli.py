@@ -25,7 +25,7 @@ def cmd_record(args) -> int:
     env = None
     if args.virtual_devices:
         env = dict(os.environ, GGML_TRACE_VIRTUAL_DEVICES=str(args.virtual_devices),
-                   GGML_TRACE_VDEV_LATENCY_US=str(args.vdev_latency_us),
+                   GGML_TRACE_VDEV_LATENCY_US=args.vdev_latency_us,
                    GGML_TRACE_VDEV_JITTER_US=str(args.vdev_jitter_us),
                    GGML_TRACE_VDEV_BANDWIDTH_GBPS=str(args.vdev_bandwidth_gbps),
                    GGML_TRACE_VDEV_SEED=str(args.vdev_seed))
@@ -73,12 +73,27 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def _latencies(text: str) -> str:
+    """argparse type of the latency options: '3000' or '0,3000' (one value per device)."""
+    from .scenario import parse_latencies
+
+    try:
+        return ",".join(f"{v:g}" for v in parse_latencies(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _us(v) -> str:
+    return ",".join(f"{x:g}" for x in v) if isinstance(v, list) else f"{v:g}"
+
+
 def cmd_scenario(args) -> int:
     from . import scenario
 
     try:
         r = scenario.run(args.name, build=args.build, runs=args.runs, latency_us=args.latency_us,
-                         jitter_us=args.jitter_us, seed=args.seed, out_dir=args.out)
+                         jitter_us=args.jitter_us, seed=args.seed, out_dir=args.out,
+                         **({"devices": args.devices} if args.devices else {}))
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"ggml-trace scenario: {e}", file=sys.stderr)
         return 2
@@ -86,7 +101,7 @@ def cmd_scenario(args) -> int:
         print(json.dumps(r.to_json(), indent=2))
     else:
         print(f"{r.scenario} on {r.build}: {r.corrupt_runs} of {r.runs} runs corrupt "
-              f"(latency {r.latency_us:g} us, jitter {r.jitter_us:g} us, seeds {r.seed}..{r.seed + r.runs - 1})")
+              f"(latency {_us(r.latency_us)} us, jitter {r.jitter_us:g} us, seeds {r.seed}..{r.seed + r.runs - 1})")
         print(f"traces: {Path(r.traces[0]).parent}/" if r.traces else "no traces")
     return 0
 
@@ -153,7 +168,8 @@ def main(argv=None) -> int:
     p.add_argument("--paused", action="store_true", help="start paused; the program calls tracer.start()")
     p.add_argument("--virtual-devices", type=int, default=0, metavar="N",
                    help="give the program N virtual async devices VDEV0..N-1 (docs/scenarios.md)")
-    p.add_argument("--vdev-latency-us", type=float, default=0.0, help="virtual device latency per operation")
+    p.add_argument("--vdev-latency-us", type=_latencies, default="0", metavar="US[,US...]",
+                   help="virtual device latency per operation; A,B,... gives one value per device")
     p.add_argument("--vdev-jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
     p.add_argument("--vdev-bandwidth-gbps", type=float, default=0.0, help="virtual device copy bandwidth (0: free)")
     p.add_argument("--vdev-seed", type=int, default=0, help="jitter seed")
@@ -180,7 +196,9 @@ def main(argv=None) -> int:
     p.add_argument("name", help="inputless-reuse, cpu-async-cpu, ...")
     p.add_argument("--build", default="b10531", help="pinned build (default: %(default)s)")
     p.add_argument("--runs", type=int, default=10)
-    p.add_argument("--latency-us", type=float, default=5000.0, help="virtual device latency per operation")
+    p.add_argument("--latency-us", type=_latencies, default="5000", metavar="US[,US...]",
+                   help="virtual device latency per operation; A,B,... gives one value per device")
+    p.add_argument("--devices", type=int, default=0, help="virtual devices (meta-allreduce; default 3)")
     p.add_argument("--jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
     p.add_argument("--seed", type=int, default=0, help="jitter seed of the first run (then +1 per run)")
     p.add_argument("--out", help="directory for the traces (default: build/scenarios/NAME-BUILD)")

@@ -8,7 +8,9 @@ from .hooks import build_root
 from .programs import hooks, program
 from .record import trace_env
 
-SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "random-dag"]
+SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "random-dag",
+             "meta-allreduce"]
+META_SCENARIOS = {"meta-allreduce"}  # a meta (tensor-parallel) device over --devices VDEVs
 DEFAULT_LATENCY_US = 5000.0
 
 
@@ -19,7 +21,7 @@ class ScenarioResult:
     runs: int
     corrupt_runs: int
     reference: str
-    latency_us: float
+    latency_us: float  # or one value per virtual device (a list)
     jitter_us: float
     seed: int
     corrupt: list = field(default_factory=list)  # indices of the corrupt runs
@@ -36,15 +38,31 @@ def _result_of(stdout: str) -> str:
     raise RuntimeError(f"the scenario printed no result: {stdout[-500:]!r}")
 
 
-def run(name: str, build: str = "b10531", runs: int = 10, latency_us: float = DEFAULT_LATENCY_US,
+def parse_latencies(text) -> list[float]:
+    """'3000' or '0,3000' (one value per virtual device) -> floats; ValueError on bad input."""
+    try:
+        values = [float(v) for v in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"bad latency {text!r}: give microseconds, one value or A,B,... per device") from None
+    if any(v < 0 or v != v for v in values):
+        raise ValueError(f"bad latency {text!r}: microseconds must be >= 0")
+    return values
+
+
+def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LATENCY_US,
         jitter_us: float = 0.0, seed: int = 0, out_dir: Path = None, devices: int = 3) -> ScenarioResult:
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    lat = parse_latencies(latency_us)
+    latency_us = lat[0] if len(lat) == 1 else lat
+    env_latency = ",".join(f"{v:g}" for v in lat)
+    # a meta scenario sizes its meta device from --devices; the others carry their own count
+    extra = ["--devices", str(devices)] if name in META_SCENARIOS else []
     exe = str(program(build, "ggml-trace-scenarios"))
     out_dir = Path(out_dir or build_root() / "scenarios" / f"{name}-{build}")
     out_dir.mkdir(parents=True, exist_ok=True)
     def reference_for(data_seed):  # the same graph and inputs, computed on the CPU alone
-        ref = subprocess.run([exe, name, "--cpu-only", "--seed", str(data_seed)], capture_output=True, text=True,
+        ref = subprocess.run([exe, name, "--cpu-only", "--seed", str(data_seed)] + extra, capture_output=True, text=True,
                              timeout=120)
         if ref.returncode != 0:
             raise RuntimeError(f"CPU reference run failed: {ref.stderr[-2000:]}")
@@ -60,9 +78,9 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us: float = DE
         trace = out_dir / f"run-{i:03d}.ggmltrace"
         trace.unlink(missing_ok=True)
         env = trace_env(hooks(build), trace)
-        env.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=str(latency_us),
+        env.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=env_latency,
                    GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
-        r = subprocess.run([exe, name, "--seed", str(data_seed)], capture_output=True, text=True, timeout=120,
+        r = subprocess.run([exe, name, "--seed", str(data_seed)] + extra, capture_output=True, text=True, timeout=120,
                            env=env)
         if r.returncode != 0:
             raise RuntimeError(f"run {i} of {name} failed ({r.returncode}): {r.stderr[-2000:]}")
