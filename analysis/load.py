@@ -13,7 +13,7 @@ import pandas as pd
 
 from .trace_file import (
     ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
-    KIND_IDS, NONE32, RawTrace, read_trace_file,
+    KIND_IDS, NONE32, RawTrace, display_path, read_trace_file,
 )
 from .trace_file import CALL_META_PARENT, META_ROLES
 
@@ -32,6 +32,8 @@ EVENT_KINDS = ["event_record", "event_wait", "event_synchronize", "event_new", "
 SYNC_KINDS = ["synchronize", "event_record", "event_wait", "event_synchronize", "event_new",
               "event_free", "sched_synchronize"]
 MARK_KINDS = ["user_mark", "user_range"]
+SCHED_KINDS = ["sched_new", "sched_graph_compute", "sched_alloc_graph", "sched_reserve",
+               "graph_compute"]  # any of them: a scheduler ran while tracing
 DELAY_KIND = "delay"  # a delay injected on purpose (GGML_TRACE_DELAY); obj = the delayed call
 DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream"])  # flags bits 1-2
 DELAY_RULE_SHIFT = 48  # arg = rule << 48 | requested ns
@@ -171,6 +173,10 @@ class Trace:
     def __init__(self, path: str, header: dict, meta: dict, strings: dict[int, str],
                  warnings: list[str], nvml: dict | None = None, **frames: pd.DataFrame):
         self.path = path
+        self.display_path = display_path(path)  # printable (a name that is not UTF-8 escaped)
+        self.damage: list[str] = []        # the warnings that say records were lost
+        self.closed = True                 # the writer closed the file (the program ended)
+        self.not_attached: str | None = None  # why the capture never attached, if it did not
         self.header = header
         self.meta = meta
         self.strings = strings
@@ -671,9 +677,14 @@ class _Loader:
         host = self.c_kindnum != KIND_IDS[DEVICE_KIND]
         cand = np.flatnonzero(host)
         order = cand[np.lexsort((self.c_t_begin[cand], self.c_thread[cand]))]
-        shift = np.int64(1) << np.int64(44)  # ns since the trace start stay below 2**44 (~4.8 h)
-        key = self.c_thread[order].astype(np.int64) * shift + self.c_t_begin[order]
-        i = np.searchsorted(key, thread * shift + t, side="right") - 1
+        # (thread rank, time rank) packed in one int64 sorted like `order`: ranks, unlike raw
+        # threads and times, cannot overflow the packing.
+        c_thread, c_t = self.c_thread[order], self.c_t_begin[order]
+        threads, times = np.unique(c_thread), np.unique(np.r_[c_t, t])
+        width = np.int64(len(times) + 1)
+        key = np.searchsorted(threads, c_thread).astype(np.int64) * width + np.searchsorted(times, c_t)
+        qkey = np.searchsorted(threads, thread).astype(np.int64) * width + np.searchsorted(times, t)
+        i = np.searchsorted(key, qkey, side="right") - 1
         out = np.full(len(t), -1, np.int64)
         todo = np.flatnonzero((thread >= 0) & (i >= 0))
         # The latest call to start before t is the innermost unless it had already ended: then
@@ -780,8 +791,22 @@ def _nvml(meta: dict, warnings: list[str]) -> dict | None:
         return None
 
 
+def _not_attached(raw: RawTrace, meta: dict) -> str | None:
+    """Why the capture never attached, if it did not: the hooks refused the program's ggml
+    (META disabled), or no scheduler ever ran while tracing."""
+    why = meta.get("disabled")
+    if why is not None:
+        return f"the hooks refused this program's ggml: {why or 'no reason recorded'}"
+    sched = np.isin(raw.calls["kind"], _ids(SCHED_KINDS))
+    if not sched.any():
+        return ("no ggml backend scheduler ran while tracing (the program never created one, "
+                "or capture was paused throughout)")
+    return None
+
+
 def load(path: str | os.PathLike, strict: bool = True) -> Trace:
-    """Load a trace file. strict=False skips records of unknown type instead of raising."""
+    """Load a trace file. Damaged records raise TraceFormatError; strict=False drops them and
+    says so in trace.warnings / trace.damage (see docs/dataframes.md, "Warnings")."""
     raw = read_trace_file(path, strict=strict)
     ld = _Loader(raw)
     threads = ld.threads()
@@ -796,12 +821,17 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
     device = ld.device(calls)
     if len(gpu):
         device = pd.concat([device, ld.cupti_device(gpu)], ignore_index=True)
-    return Trace(raw.path, raw.header, meta, raw.strings, warnings, _nvml(meta, warnings),
-                 threads=threads, backends=backends, buffers=buffers, calls=calls,
-                 splits=ld.splits(calls, copies), copies=copies, sync=ld.sync(calls),
-                 accesses=accesses, allocations=allocations, marks=ld.marks(calls),
-                 device=device, gpu=gpu, gpu_samples=ld.gpu_samples(),
-                 delays=ld.delays(calls, device))
+    not_attached = _not_attached(raw, meta)
+    if not_attached:
+        warnings.append(f"{display_path(raw.path)}: the capture never attached: {not_attached}")
+    t = Trace(raw.path, raw.header, meta, raw.strings, warnings, _nvml(meta, warnings),
+              threads=threads, backends=backends, buffers=buffers, calls=calls,
+              splits=ld.splits(calls, copies), copies=copies, sync=ld.sync(calls),
+              accesses=accesses, allocations=allocations, marks=ld.marks(calls),
+              device=device, gpu=gpu, gpu_samples=ld.gpu_samples(),
+              delays=ld.delays(calls, device))
+    t.damage, t.closed, t.not_attached = list(raw.damage), raw.closed, not_attached
+    return t
 
 
 def backend_labels(backends: pd.DataFrame) -> list[str]:

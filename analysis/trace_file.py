@@ -179,6 +179,8 @@ class RawTrace:
     truncated: bool = False     # the body is not a whole number of chunks (file was cut)
     unknown_records: int = 0    # records with an unknown type byte dropped (strict=False)
     warnings: list[str] = field(default_factory=list)
+    damage: list[str] = field(default_factory=list)  # the warnings that say data was lost
+    closed: bool = True         # no unused chunks: the writer closed (trimmed) the file
 
     @property
     def n_records(self) -> int:
@@ -279,8 +281,8 @@ def read_header(path: str | os.PathLike) -> dict:
         with open(path, "rb") as f:
             data = np.frombuffer(f.read(FILE_HEADER_DTYPE.itemsize), np.uint8)
     except OSError as e:
-        raise TraceFormatError(f"{path}: cannot read: {e}") from e
-    return _parse_header(data, path)
+        raise TraceFormatError(f"{display_path(path)}: cannot read: {e}") from e
+    return _parse_header(data, display_path(path))
 
 
 def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -339,11 +341,36 @@ def _assemble_strings(s: np.ndarray) -> dict[int, str]:
     return out
 
 
+def _damaged_chunks(recs: np.ndarray, types: np.ndarray) -> tuple[int, int, int]:
+    """Chunks whose header is not CHUNK_MAGIC but whose first slot holds a record: the writer
+    stores the magic before any record, so their header was damaged. Returns (chunks, records
+    before each one's first zero, file offset of the first such chunk or -1)."""
+    per_chunk = CHUNK_SIZE // RECORD_SIZE
+    n_chunks = -(-len(types) // per_chunk)
+    heads = recs[::per_chunk].view(CHUNK_HEADER_DTYPE)
+    t2 = np.zeros(n_chunks * per_chunk, dtype=np.uint8)
+    t2[: len(types)] = types
+    t2 = t2.reshape(n_chunks, per_chunk)
+    bad = np.flatnonzero((heads["magic"] != CHUNK_MAGIC) & (t2[:, 1] != 0))
+    if len(bad) == 0:
+        return 0, 0, -1
+    n_recs = int((~np.logical_or.accumulate(t2[bad, 1:] == 0, axis=1)).sum())
+    return len(bad), n_recs, HEADER_SIZE + int(bad[0]) * CHUNK_SIZE
+
+
+def display_path(path) -> str:
+    """A path as text that can always be printed and written (bytes that are not UTF-8 show
+    as \\xNN escapes)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     """Read and validate a trace file; return its records grouped by type.
 
-    strict=False drops records with an unknown type byte (counted in `unknown_records` and
-    described in `warnings`) instead of raising TraceFormatError."""
+    Damage (records with an unknown type byte, chunks with a damaged header, records whose
+    fields are out of range: analysis/checks.py) raises TraceFormatError; strict=False drops
+    those records instead, counts them and describes them in `warnings` and `damage`. A cut
+    file and a file the writer never closed load either way, with a warning."""
     path = os.fspath(path)
     try:
         size = os.path.getsize(path)
@@ -352,8 +379,8 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
         data = (np.memmap(path, dtype=np.uint8, mode="r") if size
                 else np.zeros(0, np.uint8))
     except OSError as e:
-        raise TraceFormatError(f"{path}: cannot read: {e}") from e
-    header = _parse_header(data, path)
+        raise TraceFormatError(f"{display_path(path)}: cannot read: {e}") from e
+    header = _parse_header(data, display_path(path))
 
     body = data[HEADER_SIZE:]
     n = len(body) // RECORD_SIZE  # a record cut by the end of the file is ignored
@@ -365,27 +392,62 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
                    buffers=np.zeros(0, BUFFER_DTYPE), calls=np.zeros(0, CALL_DTYPE),
                    accesses=np.zeros(0, ACCESS_DTYPE), places=np.zeros(0, ACCESS_DTYPE),
                    clocks=np.zeros(0, CLOCK_DTYPE), truncated=len(body) % CHUNK_SIZE != 0)
+    shown = display_path(path)
+    if raw.truncated:
+        raw.warnings.append(f"{shown}: the file ends inside a chunk (at byte {len(data)}): it was "
+                            "cut (copied while being written, or a full disk); what followed is lost")
+        raw.damage.append(raw.warnings[-1])
     if n == 0:
         return raw
 
     valid, raw.chunks = _valid_record_mask(recs, types)
+    n_bad, n_lost, at = _damaged_chunks(recs, types)
+    if n_bad:
+        msg = (f"{shown}: {n_bad} chunk(s) with a damaged header (first at file offset {at:#x}): "
+               f"their {n_lost} record(s) are dropped")
+        if strict:
+            raise TraceFormatError(msg + "; --lenient (strict=False) loads the rest")
+        raw.warnings.append(msg)
+        raw.damage.append(msg)
+    # The writer trims unused chunks when it closes the file: any left mean it never closed.
+    raw.closed = len(raw.chunks) + n_bad >= -(-n // (CHUNK_SIZE // RECORD_SIZE))
     types = np.where(valid, types, 0).astype(np.uint8)
 
     unknown = types > MAX_RECORD_TYPE
     if unknown.any():
         where = np.flatnonzero(unknown)
         first = HEADER_SIZE + int(where[0]) * RECORD_SIZE
-        msg = (f"{path}: {len(where)} record(s) with an unknown type byte "
+        msg = (f"{shown}: {len(where)} record(s) with an unknown type byte "
                f"(first: type {int(types[where[0]])} at file offset {first:#x})")
         if strict:
             raise TraceFormatError(msg + "; the file is corrupt or from a newer writer "
-                                   "(load with strict=False to skip them)")
+                                   "(--lenient, or strict=False, skips them)")
         raw.unknown_records = len(where)
         raw.warnings.append(msg + " dropped")
+        raw.damage.append(raw.warnings[-1])
 
-    parts = {}
+    from .checks import Parts, check_header, check_records
+
+    slots = {}
     for rtype, dtype in RECORD_DTYPES.items():  # one pass per record type, not per record
-        parts[rtype] = recs[types == rtype].view(dtype)
+        slots[rtype] = np.flatnonzero(types == rtype)
+    checked = {rtype: Parts(recs[idx].view(RECORD_DTYPES[rtype]), idx) for rtype, idx in slots.items()}
+    for msg in check_header(header, shown, strict, checked):
+        raw.warnings.append(msg)
+        raw.damage.append(msg)
+    problems = check_records(checked, header)
+    if problems:
+        msg = f"{shown}: {problems[0]}"
+        if strict:
+            more = f" and {len(problems) - 1} more kind(s) of damage" if len(problems) > 1 else ""
+            raise TraceFormatError(f"{msg}{more}; --lenient (strict=False) drops them and loads the rest")
+        for p in problems:
+            raw.warnings.append(f"{shown}: {p} dropped")
+            raw.damage.append(raw.warnings[-1])
+    if not raw.closed:
+        raw.warnings.append(f"{shown}: the trace was not closed: the program crashed, was killed "
+                            "or is still running; events after the last recorded one are unknown")
+    parts = {rtype: p.recs for rtype, p in checked.items()}
     raw.string_recs = parts[REC_STRING]
     raw.meta = parts[REC_META]
     raw.threads = parts[REC_THREAD]
