@@ -162,3 +162,17 @@ def test_the_default_race_is_the_closest_latent_one():
     assert force.pick_race(found, 4) == (4, found[3])
     with pytest.raises(force.ForceError, match="has 4 races"):
         force.pick_race(found, 0)
+
+
+def test_the_delay_outlasts_what_the_later_operation_needed():
+    def race(a, b, margin):
+        return {"basis": "device", "margin_us": margin, "a": {"t_begin_us": a[0], "t_end_us": a[1]},
+                "b": {"t_begin_us": b[0], "t_end_us": b[1]}}
+    latent = race((10, 12), (17, 30), 5.0)  # b ended 20 us after a began
+    assert force.delay_for(latent, 100)[0] == 120
+    assert force.delay_for(latent, None)[0] == 20 + force.MIN_SLACK_US
+    slow = race((0, 15000), (16000, 20000), 1000.0)  # a need above the minimum slack doubles
+    assert force.delay_for(slow, None)[0] == 40000
+    inverted = race((10, 12), (1, 3), None)  # it manifested in the trace: only the slack
+    us, why = force.delay_for(inverted, None)
+    assert us == force.MIN_SLACK_US and "manifested there" in why

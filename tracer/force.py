@@ -93,8 +93,12 @@ def delay_for(race: dict, slack_us: float | None) -> tuple[float, str]:
     a, b = race["a"], race["b"]
     if race["basis"] != "host":
         need = max(0.0, b["t_end_us"] - a["t_begin_us"])
-        why = (f"b ended {need:.0f} us after a began in the trace (margin "
-               f"{race['margin_us'] or 0:.0f} us plus both durations)")
+        if need == 0:
+            why = "b had ended before a began in the trace (it manifested there): no need"
+        else:
+            why = f"b ended {need:.0f} us after a began in the trace"
+            if race["margin_us"] is not None:
+                why += f" (margin {race['margin_us']:.0f} us plus both durations)"
     else:
         need = UNTIMED_US
         why = (f"no device timing in the trace, so the margin is unknown: "
