@@ -140,7 +140,7 @@ def perfetto_events(trace) -> dict:
     tb = _Tables(model, [], esc=str)
     iv = model.iv
     rows = model.rows
-    pid = int(trace.meta.get("pid") or trace.header.get("pid") or 1)
+    pid = _pid(trace)
     exe = os.path.basename(trace.meta.get("exe", "")) or "process"
     rtype = iv["rtype"].to_numpy()
     thread = iv["thread"].to_numpy()
@@ -223,7 +223,16 @@ def perfetto_events(trace) -> dict:
     return {"meta": meta, "frames": [x, ab, ae, fs, ff, counters],
             "counts": {"complete": int(ok.sum()), "async": int(len(bad)), "flows": int(len(ia))},
             "other": {"t0_realtime_ns": int(trace.header.get("t0_realtime_ns", 0)),
-                      "source": str(trace.path)}}
+                      "source": getattr(trace, "display_path", None) or str(trace.path)}}
+
+
+def _pid(trace) -> int:
+    """The traced process id: META pid when it is a plausible number, else the header's."""
+    text = str(trace.meta.get("pid", "")).strip()
+    if text.isdigit() and 0 < int(text) < BACKEND_PID_BASE - 1:
+        return int(text)
+    pid = int(trace.header.get("pid") or 1)
+    return pid if 0 < pid < BACKEND_PID_BASE - 1 else 1
 
 
 def _counters(trace) -> pd.DataFrame:
@@ -270,7 +279,8 @@ def export_parquet(trace, directory) -> list[Path]:
     header = {k: (v.decode("latin-1").rstrip("\0") if isinstance(v, bytes) else v)
               for k, v in trace.header.items()}
     p = d / "meta.json"
-    p.write_text(json.dumps({"source": str(trace.path), "meta": trace.meta, "header": header,
+    p.write_text(json.dumps({"source": getattr(trace, "display_path", None) or str(trace.path),
+                             "meta": trace.meta, "header": header,
                              "nvml": getattr(trace, "nvml", None),
                              "warnings": list(trace.warnings), "summary": trace.summary()},
                             indent=2, default=str))

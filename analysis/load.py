@@ -188,6 +188,19 @@ class Trace:
     def summary(self) -> dict:
         return summarize(self)
 
+    def banner(self) -> str:
+        """One line for the top of a timeline or report: what is wrong with this trace, or ""."""
+        parts = []
+        if self.not_attached:
+            parts.append(f"the capture never attached: {self.not_attached}")
+        if self.damage:
+            parts.append(f"damaged file, data lost ({len(self.damage)} problem(s)): "
+                         + self.damage[0].split(": ", 1)[-1])
+        if not self.closed:
+            parts.append("the trace was not closed (the program crashed, was killed or is "
+                         "still running)")
+        return "; ".join(parts)
+
     def __repr__(self) -> str:
         return (f"<Trace {self.path!r}: {len(self.calls)} calls, {len(self.accesses)} accesses, "
                 f"{len(self.backends)} backends, {len(self.buffers)} buffers>")

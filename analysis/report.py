@@ -54,6 +54,7 @@ word-break:break-all}
 .race{border-left:4px solid #e41a1c;padding:2px 12px;margin:14px 0;background:#fff8f8}
 .manifested{color:#b00;font-weight:700} .latent{color:#a60} .ok{color:#2a7}
 .muted{color:#777;font-size:12px}
+.warnings{border-left:4px solid #e69500;background:#fff8e6;padding:2px 12px;margin:10px 0}
 """
 
 
@@ -83,7 +84,8 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
     """The report page as a string (see write_report)."""
     meta, header = trace.meta, trace.header
     race_list = _race_json(trace, races)
-    name = os.path.basename(str(trace.path))
+    shown = getattr(trace, "display_path", None) or str(trace.path)  # printable, whatever the bytes
+    name = os.path.basename(shown)
     argv = _argv(trace)
     t_end = int(max(trace.calls["t_end"].max() if len(trace.calls) else 0,
                     trace.device["t_end"].max() if len(trace.device) else 0))
@@ -99,10 +101,17 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
            f"<title>ggml-trace report: {_e(name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
            f"<h1>ggml-trace report: <code>{_e(name)}</code></h1>"]
     n_man = sum(bool(r.get("manifested")) for r in race_list)
+    banner = trace.banner() if hasattr(trace, "banner") else ""
+    if banner:  # a damaged, unclosed or empty capture says so before anything else
+        out.append(f'<div class="warnings"><p><b>⚠ {_e(banner)}</b></p><ul>'
+                   + "".join(f"<li>{_e(w)}</li>" for w in trace.warnings) + "</ul></div>")
     if race_list:
         out.append(f'<p class="manifested">{len(race_list)} race'
                    f'{"s" if len(race_list) != 1 else ""} found ({n_man} manifested, '
                    f'{len(race_list) - n_man} latent).</p>')
+    elif banner:
+        out.append('<p class="latent">No races found in what was captured (see the warnings '
+                   'above).</p>')
     else:
         out.append('<p class="ok">No races found.</p>')
 
@@ -115,7 +124,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
            ("executable", meta.get("exe", "")), ("working directory", meta.get("cwd", "")),
            ("pid", meta.get("pid", header.get("pid", ""))),
            ("hostname", meta.get("hostname", "")), ("trace started (UTC)", start),
-           ("trace length", _ns(t_end)), ("trace file", str(trace.path)),
+           ("trace length", _ns(t_end)), ("trace file", shown),
            ("format version", header.get("version", ""))]
     known = {"cmdline", "exe", "cwd", "pid", "hostname", "hooks_build", "backend_api_version",
              "ggml_version", "ggml_commit", "nvml"}

@@ -1060,7 +1060,8 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
                            y1=r + 0.5, fillcolor="rgba(60,80,120,0.08)", line=dict(width=0),
                            layer="below"))
     ticktext = [f"<b>{lab}</b>" if t == ROW_HEADER else lab for lab, t in zip(tb.rows, rt)]
-    name = esc(os.path.basename(str(getattr(trace, "path", "") or "trace")))
+    name = esc(os.path.basename(getattr(trace, "display_path", None)
+                                or str(getattr(trace, "path", "") or "trace")))
     n_total = int(len(model.iv))
     note = []
     if v["aggregated_rows"]:
@@ -1069,11 +1070,14 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
         note.append(f"{v['hidden_arrows']:,} arrows hidden: zoom in")
     head = title if title is not None else (f"{name} — {n_total:,} intervals, {n_rows} rows"
                                             + (f", {len(race_list)} races" if race_list else ""))
+    banner = trace.banner() if hasattr(trace, "banner") else ""
+    if banner:  # a damaged, unclosed or empty capture says so above the rows
+        head += f"<br><span style='color:#b00'>⚠ {esc(banner)}</span>"
     sub = f"<br><sup>{' · '.join(note)}</sup>" if note else ""
     fig = TimelineFigure(data=traces)
     n_legend = len(class_names) + 3
     legend_px = 22 * (1 + n_legend // 9)
-    top = (58 if note else 42) + legend_px
+    top = (58 if note else 42) + (18 if banner else 0) + legend_px
     fig.update_layout(
         title=dict(text=head + sub, x=0.01, y=1, yref="container", yanchor="top", pad=dict(t=8),
                    font=dict(size=14)),
@@ -1099,7 +1103,7 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
             "version": STORE_VERSION, "intervals": n_total, "rows": list(tb.rows),
             "row_counts": model.row_counts.tolist(), "races": len(race_list),
             "exact_in_view": v["exact"], "aggregated_rows": v["aggregated_rows"],
-            "color_by": color_by}},
+            "color_by": color_by, "banner": banner}},
     )
     fig._ggml_store = _store(model, tb, cls, colors, width)
     fig._ggml_store["title"] = head

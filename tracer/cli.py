@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 from . import hooks as hooks_mod
+from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, run_guarded, say,
+                         say_warnings, shown)
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from .record import record
 
@@ -56,20 +58,22 @@ def cmd_record(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from analysis import load
-
-    trace = load(args.file)
+    trace = load_trace(args)
     s = trace.summary()
     if args.json:
+        s = dict(s, warnings=trace.warnings, damaged=bool(trace.damage), closed=trace.closed,
+                 not_attached=trace.not_attached)
         print(json.dumps(s, indent=2))
         return 0
-    print(f"{args.file}: {s['graphs']} scheduler graph computes")
+    print(f"{shown(args.file)}: {s['graphs']} scheduler graph computes")
     cols = ["name", "splits", "copies_in", "bytes_in", "syncs", "event_records", "event_waits", "busy_ns"]
-    rows = [[str(b[c]) for c in cols] for b in s["backends"]]
+    rows = [[printable(b[c]) for c in cols] for b in s["backends"]]
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    for w in trace.warnings:  # in the summary itself: nothing is lost silently
+        print(f"warning: {printable(w)}")
     return 0
 
 
@@ -107,18 +111,29 @@ def cmd_scenario(args) -> int:
 
 
 def cmd_races(args) -> int:
-    from analysis import TraceFormatError, load
     from analysis.races import format_report, races
 
-    try:
-        report = races(load(args.file))
-    except (TraceFormatError, OSError) as e:
-        print(f"ggml-trace races: {e}", file=sys.stderr)
-        return 2
+    trace = load_trace(args)
+    name = shown(args.file)
+    if trace.not_attached:  # a green CI job on an empty trace would hide that nothing was traced
+        say(f"ggml-trace races: {name}: nothing to analyse: the capture never attached: "
+            f"{printable(trace.not_attached)}")
+        return EXIT_BAD_INPUT
+    report = races(trace)
+    say_warnings("races", trace)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(dict(report.to_json(), warnings=trace.warnings,
+                              damaged=bool(trace.damage)), indent=2))
     else:
-        print(format_report(report, args.file))
+        print(format_report(report, name))
+    if report.operations == 0 or report.accesses == 0:
+        say(f"ggml-trace races: {name}: nothing to analyse: the trace holds "
+            f"{report.operations} operations and {report.accesses} accesses")
+        return EXIT_BAD_INPUT
+    if trace.damage:  # dropped records can hide races and invent them
+        say(f"ggml-trace races: {name}: the analysis rests on a damaged file "
+            f"({len(trace.damage)} problem(s), see the warnings above)")
+        return EXIT_BAD_INPUT
     return 1 if len(report.findings) else 0
 
 
@@ -188,7 +203,7 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_record)
 
     p = sub.add_parser("summary", help="per-backend splits, copies, synchronizations")
-    p.add_argument("file")
+    add_reading_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_summary)
 
@@ -205,8 +220,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_scenario)
 
-    p = sub.add_parser("races", help="conflicting accesses that no synchronization orders (exit 1 if any)")
-    p.add_argument("file")
+    p = sub.add_parser("races", help="conflicting accesses that no synchronization orders (exit 1 if "
+                       "any; 2 if the trace is unreadable, damaged or holds nothing to analyse)")
+    add_reading_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=cmd_races)
 
@@ -240,15 +256,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if getattr(args, "cmd", None) and args.cmd[0] == "--":
         args.cmd = args.cmd[1:]
-    try:
-        return args.fn(args)
-    except Exception as e:  # a clear one-line error for bad input, not a traceback
-        from analysis import TraceFormatError
-
-        if isinstance(e, (TraceFormatError, OSError)):
-            print(f"ggml-trace {args.command}: {e}", file=sys.stderr)
-            return 2
-        raise
+    return run_guarded(args.command, args, args.fn)  # one line and exit 2, never a traceback
 
 
 if __name__ == "__main__":

