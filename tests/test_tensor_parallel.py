@@ -1,0 +1,164 @@
+"""Tensor parallelism (-sm tensor): the meta backend's capture, and the race of its allreduce
+fallback made RED/GREEN on virtual devices (docs/tensor-parallel.md)."""
+import re
+import subprocess
+
+import pytest
+
+from analysis import load
+from analysis.races import races
+from conftest import BUILDS, completion_cmd, ggml_trace
+from test_capture import logged_schedules
+from tracer import scenario
+
+RUNS = 5
+SLOW = 3000.0  # µs per operation on the slowed device
+
+# (devices, the device slowed, RED?). The butterfly's scratch buffers that race are those written
+# by a peer copy issued on a queue that never waited for the scratch's last reader: for two
+# devices VDEV1's, for three VDEV1's second one, for four every device's but VDEV0's.
+CASES = [(2, 1, True), (2, 0, False), (3, 1, True), (3, 0, False), (3, 2, False),
+         (4, 3, True), (4, 0, False)]
+
+
+def latencies(devices, slow):
+    return ",".join(str(SLOW if i == slow else 0) for i in range(devices))
+
+
+def scratch_findings(trace_path):
+    """The race findings on the allreduce temporaries: a reduce reads one, a later peer copy
+    overwrites it."""
+    f = races(load(trace_path)).findings
+    return f[(f["class"] == "write-after-read") & f["b_tensor"].str.startswith("allreduce.tmp[")
+             & (f["a_role"] == "reduce") & (f["b_role"] == "copy")]
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("devices,slow,red", CASES)
+def test_meta_allreduce_scenario(build, devices, slow, red, tmp_path):
+    r = scenario.run("meta-allreduce", build=build, runs=RUNS, latency_us=latencies(devices, slow),
+                     devices=devices, out_dir=tmp_path)
+    assert r.corrupt_runs == (RUNS if red else 0), (r.corrupt, r.reference)
+    for i, path in enumerate(r.traces):
+        f = scratch_findings(path)
+        assert len(f) > 0, path  # latent or not, the missing ordering is there in every run
+        if i in r.corrupt:
+            # the slowed device's scratch was overwritten before its reduce read it
+            mine = f[f["b_tensor"].str.endswith(f"@VDEV{slow}")]
+            assert mine["manifested"].any(), f[["b_tensor", "manifested", "margin_us"]]
+        else:
+            assert not f["manifested"].any() and (f["margin_us"] > 0).all(), f[["b_tensor", "margin_us"]]
+
+
+def test_meta_allreduce_rejects_bad_latencies():
+    r = ggml_trace("scenario", "meta-allreduce", "--latency-us", "0,x")
+    assert r.returncode == 2 and "bad latency '0,x'" in r.stderr
+
+
+# ------------------------------------------------------------------------- end to end
+
+def run_completion(build, model, out=None, latency=None, *extra):
+    """llama-completion's text (stdbuf: its logger thread otherwise loses output at exit), traced
+    on two virtual devices with these latencies when `out` is given."""
+    full = ["stdbuf", "-o0", *completion_cmd(build, model, *extra)]
+    if out is None:
+        return subprocess.run(full, capture_output=True, text=True, errors="replace", timeout=300).stdout
+    r = ggml_trace("record", "--build", build, "-o", out, "--virtual-devices", "2", "--vdev-latency-us",
+                   latency, "--", *full, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    return {b: run_completion(b, model) for b in BUILDS}
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("slow,red", [(1, True), (0, False)])
+def test_sm_tensor_end_to_end(build, slow, red, model, reference, tmp_path):
+    ref = reference[build]
+    assert "the of and" in ref.replace("\u2581", " ")
+    for i in range(3):
+        out = tmp_path / f"run-{i}.ggmltrace"
+        text = run_completion(build, model, out, latencies(2, slow), "-ngl", "99", "-sm", "tensor")
+        assert (text != ref) == red, (text, ref)
+        f = scratch_findings(out)
+        assert len(f) == 1 and f.iloc[0]["b_tensor"] == "allreduce.tmp[0]@VDEV1", f
+        if red:
+            assert f.iloc[0]["manifested"]
+        else:
+            assert not f.iloc[0]["manifested"] and f.iloc[0]["margin_us"] > 0
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_sm_layer_has_no_race(build, model, tmp_path):
+    out = tmp_path / "layer.ggmltrace"
+    run_completion(build, model, out, latencies(2, 1), "-ngl", "99", "-sm", "layer")
+    assert len(races(load(out)).findings) == 0
+
+
+@pytest.fixture(scope="module")
+def tp_trace(model, tmp_path_factory):
+    """A -sm tensor run with GGML_SCHED_DEBUG=1 -v: ggml prints each split list."""
+    out = tmp_path_factory.mktemp("tp") / "tp.ggmltrace"
+    cmd = completion_cmd("b10531", model, "-ngl", "99", "-sm", "tensor", "-v", n=4)
+    r = ggml_trace("record", "--virtual-devices", "2", "-o", out, "--", *cmd,
+                   env={**__import__("os").environ, "GGML_SCHED_DEBUG": "1"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return load(out), r.stderr
+
+
+def test_nested_calls_carry_device_subgraph_and_role(tp_trace):
+    t, _ = tp_trace
+    c = t.calls
+    parents = c[c["meta_parent"]]
+    assert set(parents["backend"].astype(str)) == {"Meta(VDEV0,VDEV1)"}
+    nested = c[c["parent"] > 0]
+    assert set(nested["parent"]) <= set(parents["call_id"])  # every parent is a traced meta call
+    gc = nested[nested["kind"] == "graph_compute"]
+    assert set(gc["role"].astype(str)) == {"main", "reduce"}
+    assert set(gc["device_index"]) == {0, 1}
+    assert (gc["backend"].astype(str) == "VDEV" + gc["device_index"].astype(str)).all()
+    copies = nested[nested["kind"] == "cpy_tensor_async"]
+    assert (copies["role"] == "copy").all() and len(copies) == len(gc[gc["role"] == "reduce"])
+    # subgraphs count up within each meta compute, on every device alike
+    main = gc[gc["role"] == "main"]
+    per = main.groupby(["parent", "device_index"])["meta_subgraph"].agg(["min", "max", "count"])
+    assert (per["min"] == 0).all() and (per["max"] == per["count"] - 1).all()
+    # the parents have no accesses of their own; the temporaries are named
+    assert not t.accesses["call_id"].isin(parents["call_id"]).any()
+    names = set(t.accesses["tensor"].dropna().astype(str))
+    assert {"allreduce.tmp[0]@VDEV0", "allreduce.tmp[0]@VDEV1"} <= names
+
+
+def test_split_numbers_match_the_scheduler(tp_trace):
+    t, log = tp_trace
+    c = t.calls
+    top = c[(c["kind"] == "graph_compute") & (c["parent"] == 0)].sort_values(["graph", "split"])
+    traced = [list(g["backend"].astype(str)) for _, g in top.groupby("graph")]
+    logged = [[b for b, _ in s] for s in logged_schedules(log)]
+    assert traced and all(s in logged for s in traced), (traced[:3], logged[:3])
+    # a nested compute keeps its meta split's number
+    n_splits = c[c["kind"] == "sched_graph_compute"].set_index("graph")["arg"]
+    gc = c[c["kind"] == "graph_compute"]
+    assert (gc["split"].to_numpy() < n_splits.loc[gc["graph"]].to_numpy()).all()
+    meta_split = top[top["backend"].astype(str).str.startswith("Meta")].set_index("graph")["split"]
+    nested = gc[gc["parent"] > 0]
+    assert (nested["split"].to_numpy() == meta_split.loc[nested["graph"]].to_numpy()).all()
+
+
+def test_summary_counts_each_device_once(tp_trace):
+    t, _ = tp_trace
+    rows = {b["name"]: b for b in t.summary()["backends"]}
+    assert rows["Meta(VDEV0,VDEV1)"]["busy_ns"] == 0  # its time is its devices' work
+    c = t.calls
+    for dev in ("VDEV0", "VDEV1"):
+        own = c[(c["kind"] == "graph_compute") & (c["backend"] == dev)]
+        assert rows[dev]["splits"] == len(own) > 0
+        assert rows[dev]["busy_ns"] == own["duration"].sum()
+    # no finding between a meta call and the calls it made (they were one operation)
+    f = races(t).findings
+    assert not f["a_backend"].astype(str).str.startswith("Meta").any()
+    assert not f["b_backend"].astype(str).str.startswith("Meta").any()
+    assert not re.search(r"host memory", " ".join(f["missing"]))
