@@ -14,9 +14,35 @@ LLAMA_STAMPS := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/.built)
 HOOKS        := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/bin/libggml-trace-hooks.so)
 MODEL        := $(BUILD_DIR)/models/tiny-llama.gguf
 HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h) CMakeLists.txt
+# Vulkan builds (run on Mesa's lavapipe here), before and after the fix of llama.cpp #23321
+VULKAN_BUILDS := 10524 10531
+VK_HEADERS    := $(BUILD_DIR)/vulkan-headers/.done
+VK_HOOKS      := $(foreach b,$(VULKAN_BUILDS),$(BUILD_DIR)/llama-b$(b)-vulkan/bin/libggml-trace-hooks.so)
+QWEN_MODEL    := $(BUILD_DIR)/models/tiny-qwen35.gguf
 
-.PHONY: setup demo test bench clean
-setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(MODEL) $(BUILD_DIR)/.chromium
+.PHONY: setup vulkan demo test bench clean
+setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(MODEL) $(BUILD_DIR)/.chromium vulkan
+
+# glslc, spirv-headers, the Vulkan loader and lavapipe (Debian packages), and Vulkan headers
+# new enough for ggml-vulkan (Debian 13's, unpacked under build/vulkan-headers).
+vulkan: $(VK_HOOKS) $(QWEN_MODEL)
+
+$(VK_HEADERS): scripts/setup_vulkan.sh
+	scripts/setup_vulkan.sh $(BUILD_DIR)/vulkan-headers
+	touch $@
+
+$(BUILD_DIR)/llama-b%-vulkan/.built: $(BUILD_DIR)/src/llama-b%/.fetched $(VK_HEADERS) scripts/build_llama.sh | $(VENV)/.installed
+	TARGETS="llama-simple llama-completion" scripts/build_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp \
+	  $(BUILD_DIR)/llama-b$*-vulkan -DGGML_VULKAN=ON -DGGML_RPC=OFF \
+	  -DVulkan_INCLUDE_DIR=$(CURDIR)/$(BUILD_DIR)/vulkan-headers/usr/include
+	touch $@
+
+$(BUILD_DIR)/llama-b%-vulkan/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%-vulkan/.built $(HOOK_SOURCES)
+	scripts/build_hooks.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*-vulkan/bin b$*-vulkan
+
+$(QWEN_MODEL): scripts/make_tiny_model.py | $(VENV)/.installed
+	mkdir -p $(dir $@)
+	$(VPY) scripts/make_tiny_model.py --arch qwen35 $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)

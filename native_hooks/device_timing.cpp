@@ -146,7 +146,7 @@ void poll_markers(Markers * k) {
             break;
         }
         op.hi = op.hi ? op.hi : t1;
-        CallRec * r = (CallRec *) reserve_record();
+        CallRec * r = op.call_id ? (CallRec *) reserve_record() : nullptr;  // 0: a declined copy
         if (r) {
             r->kind = K_DEVICE_EXEC;
             r->sched = 0xff;
@@ -527,6 +527,12 @@ void device_timing_end(TimedOp & op, ggml_backend_t backend, const CallRec & cal
         w->cv.notify_one();
     }
     op.watcher = nullptr;
+}
+
+void device_timing_poll() {
+    if (device_timing_enabled()) {
+        poll_all_markers();
+    }
 }
 
 void device_timing_cancel(TimedOp & op) {

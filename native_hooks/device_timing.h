@@ -46,6 +46,9 @@ void device_timing_cancel(TimedOp & op);
 // The backend's queue was told to wait on an event: the next operation's start is measured.
 void device_timing_waited(uint32_t backend_index);
 
+// The program's thread finished waiting for a queue: read the markers (memory loads only).
+void device_timing_poll();
+
 // The backend is about to be freed (on the program's thread): time what is pending, free the
 // events or markers, stop the watcher. `synchronize` (the backend's own) lets markers drain.
 void device_timing_forget(uint32_t backend_index, ggml_backend_t backend = nullptr,

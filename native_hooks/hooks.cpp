@@ -644,6 +644,7 @@ void hook_synchronize(ggml_backend_t backend) {
     MetaParent meta(c.id(), backend);
     if (delay_on()) delay_before(c.r, backend, e.index, e.orig, nullptr, nullptr, nullptr);
     e.orig.synchronize(backend);
+    device_timing_poll();  // the queue is drained: its markers have passed
     c.r.backend = e.index;
     c.commit();
 }
@@ -730,6 +731,7 @@ void hook_event_synchronize(ggml_backend_dev_t dev, ggml_backend_event_t event) 
     }
     CallScope c(K_EVENT_SYNCHRONIZE);
     e.orig.event_synchronize(dev, event);
+    device_timing_poll();
     c.r.backend = e.backend;
     c.r.obj = (uint64_t) (uintptr_t) event;
     c.commit();

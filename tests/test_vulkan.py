@@ -1,0 +1,135 @@
+"""Issue #23321 on the real ggml Vulkan backend (Mesa's lavapipe here), before (b10524) and after
+(b10531) the fix, traced with device timing; and the race verdicts' rules for bounds."""
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analysis
+from analysis import load
+from analysis.races import format_report, races
+from test_races import A, US, analyse, builder, findings, reuse_graph
+from tracer import vulkan_runs
+from tracer.hooks import build_root
+
+MARKERS = 2 << 4  # DeviceSource SRC_MARKERS in a device_exec record's flags
+RUNS = 20
+
+
+def vulkan_bin(build):
+    d = build_root() / f"llama-{build}-vulkan" / "bin"
+    if not (d / "libggml-trace-hooks.so").exists():
+        raise FileNotFoundError(f"{d} has no Vulkan build with hooks: run `make setup`")
+    return d
+
+
+def qwen35():
+    p = build_root() / "models" / "tiny-qwen35.gguf"
+    if not p.exists():
+        raise FileNotFoundError(f"{p} is missing: run `make setup`")
+    return p
+
+
+@pytest.fixture(scope="module")
+def before(tmp_path_factory):
+    return vulkan_runs.run(vulkan_bin("b10524"), qwen35(), RUNS, tmp_path_factory.mktemp("b10524"))
+
+
+@pytest.fixture(scope="module")
+def after(tmp_path_factory):
+    return vulkan_runs.run(vulkan_bin("b10531"), qwen35(), RUNS, tmp_path_factory.mktemp("b10531"))
+
+
+def test_before_the_fix_corrupt_runs_show_the_race_manifested(before):
+    assert before["crashed_runs"] == 0
+    assert before["complete_runs"] == RUNS
+    assert before["corrupt_runs"] >= 18, before
+    for run in before["runs"]:
+        if run["corrupt"]:
+            race = [r for r in run["races"] if "model.input_embed" in (r["a"], r["b"])]
+            assert len(race) == 1, run
+            (r,) = race
+            # exactly the upstream pair: Vulkan0's copy reads model.input_embed, CPU overwrites it
+            assert (r["a_backend"], r["b_backend"], r["b"]) == ("Vulkan0", "CPU", "conv_states-0"), r
+            assert r["verdict"] == "manifested" and r["basis"] == "bounds", r
+
+
+def test_after_the_fix_every_run_is_clean_and_race_free(after):
+    assert after["crashed_runs"] == 0
+    assert after["complete_runs"] == RUNS
+    assert after["corrupt_runs"] == 0, after
+    assert all(run["races"] == [] for run in after["runs"])
+
+
+def test_vulkan_work_is_timed_by_markers_and_the_bounds_hold(after):
+    t = load(after["runs"][0]["trace"])
+    modes = {int(k.rsplit(".", 1)[1]): v for k, v in t.meta.items() if k.startswith("device_timing.mode.")}
+    names = dict(zip(t.backends["backend"], t.backends["name"]))
+    assert [names[i] for i, m in modes.items() if m == "markers"] == ["Vulkan0"], modes
+    d = t.device
+    assert len(d) > 100 and set(d["source"]) == {"markers"}
+    calls = t.calls.set_index("call_id")
+    host = calls.loc[d["call_id"].to_numpy(np.uint64)]
+    # the work did not start before its enqueue call began, nor end before it started
+    assert (d["t_begin"].to_numpy() >= host["t_begin"].to_numpy()).all()
+    assert (d["t_end"].to_numpy() >= d["t_begin"].to_numpy()).all()
+    # and the end bound is no later than the program's next wait for the whole queue returning
+    syncs = t.calls[(t.calls["kind"] == "synchronize") & (t.calls["backend"] == "Vulkan0")]
+    ops = pd.DataFrame({"t": host["t_end"].to_numpy(), "end": d["t_end"].to_numpy()}).sort_values("t")
+    waits = pd.DataFrame({"t": syncs["t_begin"].to_numpy(), "sync_end": syncs["t_end"].to_numpy()}).sort_values("t")
+    nxt = pd.merge_asof(ops, waits, on="t", direction="forward").dropna()
+    assert len(nxt) > 50 and (nxt["end"] <= nxt["sync_end"]).all()
+
+
+def test_without_device_timing_the_verdict_rests_on_host_times(tmp_path):
+    s = vulkan_runs.run(vulkan_bin("b10524"), qwen35(), 2, tmp_path, device_timing=False)
+    assert s["crashed_runs"] == 0 and s["complete_runs"] == 2
+    for run in s["runs"]:
+        (r,) = [r for r in run["races"] if "model.input_embed" in (r["a"], r["b"])]
+        assert r["verdict"] == "undetermined" and r["basis"] == "host" and r["margin_us"] is None
+        text = format_report(races(load(run["trace"])))
+        assert "UNDETERMINED: host times only" in text and "latent, margin" not in text
+
+
+# -- the verdict rules on synthetic traces ----------------------------------------------------
+
+def test_markers_prove_manifested_when_the_read_had_not_started(tmp_path):
+    # The queue's read of X had not started at 650 us (its before-marker still zero); the CPU's
+    # write began at 500 us: the read came after the write began.
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0)
+    b.call("device_exec", 650 * US, 900 * US, thread=1, obj=a, flags=MARKERS)
+    (race,) = findings(analyse(tmp_path, b))
+    assert race["verdict"] == "manifested" and race["manifested"] and race["basis"] == "bounds"
+    assert race["inverted"]  # the write (500..600 us) ended before the read could start
+
+
+def test_markers_prove_latent_with_a_margin(tmp_path):
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0)
+    b.call("device_exec", 10 * US, 380 * US, thread=1, obj=a, flags=MARKERS)
+    (race,) = findings(analyse(tmp_path, b))
+    assert race["verdict"] == "latent" and not race["manifested"]
+    assert race["margin_us"] == pytest.approx(120)  # at least: it ended by 380 us, the write began at 500
+
+
+def test_bounds_that_straddle_the_write_prove_nothing(tmp_path):
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0)
+    b.call("device_exec", 10 * US, 550 * US, thread=1, obj=a, flags=MARKERS)
+    r = analyse(tmp_path, b)
+    (race,) = findings(r)
+    assert race["verdict"] == "undetermined" and not race["manifested"] and race["margin_us"] is None
+    assert "UNDETERMINED: the device-time bounds" in format_report(r)
+
+
+def test_host_times_alone_never_say_latent(tmp_path):
+    b = builder()
+    reuse_graph(b, 7, 0)  # the device's split ran at some unknown time after its enqueue
+    r = analyse(tmp_path, b)
+    (race,) = findings(r)
+    assert race["verdict"] == "undetermined" and race["basis"] == "host"
+    out = format_report(r)
+    assert "0 latent, 1 undetermined" in out and "host times only" in out
+    assert r.findings["verdict"].dtype == pd.CategoricalDtype(["manifested", "latent", "undetermined"])
