@@ -13,7 +13,7 @@ from tracegen import TraceBuilder
 import analysis
 from analysis import race_match
 from analysis.trace_file import BUF_ALLOCATED
-from conftest import ggml_trace
+from conftest import completion_cmd, ggml_trace
 from tracer import force, programs
 from tracer.record import record
 
@@ -101,6 +101,30 @@ def test_the_random_dag_race_that_outlives_the_fix_is_forced(tmp_path):
     check_forced_runs(j, race)
     forced = Path(j["details"][-1]["stdout"]).read_text()
     assert forced != cpu_only("b10531", "random-dag", 57)
+
+
+def test_the_23321_race_in_llama_completion_is_forced(tmp_path):
+    # The upstream pattern in a real program: a qwen35-style model fully offloaded to a virtual
+    # device with the KV cache on the CPU; VDEV0 copies model.input_embed, the next CPU split
+    # (no inputs) reuses its bytes. b10531's output is the expected one (it has no race).
+    qwen = programs.build_root() / "models" / "tiny-qwen35.gguf"
+    if not qwen.exists():
+        pytest.skip(f"{qwen} is missing: `make setup` builds it")
+    env = dict(os.environ, GGML_TRACE_VIRTUAL_DEVICES="1")
+    traces = {}
+    for build in ("b10524", "b10531"):
+        traces[build] = tmp_path / f"{build}.ggmltrace"
+        with open(tmp_path / f"{build}.out", "wb") as out:
+            r = record(completion_cmd(build, qwen, "-ngl", 99, "-nkvo"), programs.hooks(build), traces[build],
+                       env=env, stdout=out, stderr=subprocess.DEVNULL)
+        assert r.returncode == 0
+    rc, j = force_json(traces["b10531"], tmp_path / "none")
+    assert rc == 0 and j["verdict"] == "no-race"
+    (race,) = analysis.races(analysis.load(traces["b10524"])).to_json()["races"]
+    assert (race["a"]["backend"], race["a"]["tensor"], race["b"]["backend"]) == ("VDEV0", "model.input_embed", "CPU")
+    rc, j = force_json(traces["b10524"], tmp_path / "forced", "--expect-output", tmp_path / "b10531.out")
+    assert rc == 1 and j["manifested_runs"] == RUNS and j["diverged_from_expected"] == RUNS, j["message"]
+    assert all(d["race"]["target_manifested"] for d in j["details"] if d["name"].startswith("forced-"))
 
 
 # -- without running programs ---------------------------------------------------------------

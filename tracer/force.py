@@ -150,7 +150,10 @@ class Run:
 
     @property
     def manifested(self) -> bool:
-        return bool(self.race.get("manifested"))
+        """The occurrence in the delayed graph manifested (a race repeated every graph can
+        manifest elsewhere by itself); where the run has none in that graph, any occurrence."""
+        target = self.race.get("target_manifested")
+        return bool(self.race.get("manifested")) if target is None else target
 
 
 @dataclass
