@@ -101,6 +101,12 @@ def test_the_random_dag_race_that_outlives_the_fix_is_forced(tmp_path):
     check_forced_runs(j, race)
     forced = Path(j["details"][-1]["stdout"]).read_text()
     assert forced != cpu_only("b10531", "random-dag", 57)
+    # force warns when it would delay a peer copy: those run on the source's queue, the delay on the destination's
+    t = analysis.load(trace)
+    copies = t.calls[t.calls["kind"] == "cpy_tensor_async"]
+    peer = [force._peer_copy({"kind": "cpy_tensor_async", "call_id": c, "backend": b}, t)
+            for c, b in zip(copies["call_id"], copies["backend"].astype(str))]
+    assert peer == copies["backend2"].astype(str).str.startswith("VDEV").tolist() and any(peer) and not all(peer)
 
 
 def test_the_23321_race_in_llama_completion_is_forced(tmp_path):

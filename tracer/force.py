@@ -186,6 +186,19 @@ class ForceResult:
         return asdict(self)
 
 
+def _peer_copy(side: dict, trace) -> bool:
+    """Whether a side is a cpy_tensor_async from another async backend (docs/races.md, rule 7)."""
+    if side["kind"] != "cpy_tensor_async":
+        return False
+    from analysis.load import backend_labels
+
+    calls = trace.calls
+    src = calls.loc[calls["call_id"] == side["call_id"], "backend2"].astype(object)
+    be = trace.backends
+    asyncs = {n for n, a, e in zip(backend_labels(be), be["has_async"], be["has_events"]) if a or e}
+    return len(src) == 1 and src.iloc[0] != side["backend"] and src.iloc[0] in asyncs
+
+
 def _hooks_for(rec: Recorded, hooks) -> Path:
     if hooks:
         return Path(hooks)
@@ -227,6 +240,9 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     rec = Recorded.from_meta(original.meta, path)
     lib = _hooks_for(rec, hooks)
     us, reason = delay_for(target, slack_us)
+    if _peer_copy(target["a"], original):
+        reason += ("; note: a copy from another async backend runs on its source's queue, and the "
+                   "delay stalls the destination's (the trace's backend), so it may not move the copy")
     rule = delay_rule(target, us)
 
     run_dir = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="ggml-trace-force-"))
