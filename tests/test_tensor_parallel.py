@@ -16,9 +16,13 @@ SLOW = 3000.0  # µs per operation on the slowed device
 
 # (devices, the device slowed, RED?). The butterfly's scratch buffers that race are those written
 # by a peer copy issued on a queue that never waited for the scratch's last reader: for two
-# devices VDEV1's, for three VDEV1's second one, for four every device's but VDEV0's.
+# devices VDEV1's, for three VDEV1's second one, for four every device's but VDEV0's. Slowing a
+# reader of a racing scratch corrupts every run. With four devices, slowing VDEV0 (the only safe
+# scratch) leaves three races between unslowed devices: most runs are correct, but on this 2-core
+# machine a descheduled worker thread corrupts some (None: no count asserted, the traces must
+# still agree with the results).
 CASES = [(2, 1, True), (2, 0, False), (3, 1, True), (3, 0, False), (3, 2, False),
-         (4, 3, True), (4, 0, False)]
+         (4, 3, True), (4, 1, True), (4, 0, None)]
 
 
 def latencies(devices, slow):
@@ -38,14 +42,17 @@ def scratch_findings(trace_path):
 def test_meta_allreduce_scenario(build, devices, slow, red, tmp_path):
     r = scenario.run("meta-allreduce", build=build, runs=RUNS, latency_us=latencies(devices, slow),
                      devices=devices, out_dir=tmp_path)
-    assert r.corrupt_runs == (RUNS if red else 0), (r.corrupt, r.reference)
+    if red is not None:
+        assert r.corrupt_runs == (RUNS if red else 0), (r.corrupt, r.reference)
     for i, path in enumerate(r.traces):
         f = scratch_findings(path)
         assert len(f) > 0, path  # latent or not, the missing ordering is there in every run
-        if i in r.corrupt:
+        if i in r.corrupt and red:
             # the slowed device's scratch was overwritten before its reduce read it
             mine = f[f["b_tensor"].str.endswith(f"@VDEV{slow}")]
             assert mine["manifested"].any(), f[["b_tensor", "manifested", "margin_us"]]
+        elif i in r.corrupt:
+            assert f["manifested"].any(), f[["b_tensor", "manifested", "margin_us"]]
         else:
             assert not f["manifested"].any() and (f["margin_us"] > 0).all(), f[["b_tensor", "margin_us"]]
 
