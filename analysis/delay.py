@@ -2,7 +2,7 @@
 
 For a delay on a queue (virtual device) or a CUDA stream, the stall is measured on the device
 side: the targeted operation's first device start minus the later of (the end of the work before
-it on the same queue or stream, the moment the delay was injected). A virtual device's own
+it on the same queue or stream, the moment the host had enqueued the delay). A virtual device's own
 device_exec records time its queue; CUPTI's kernel and copy records time a CUDA stream. For a
 host delay, the stall is the targeted call's start minus the injection (the submission delay).
 
@@ -95,7 +95,9 @@ def delay_stalls(trace) -> pd.DataFrame:
     out["prev_end"] = prev
     out["target_start"] = start
     out["gap_ns"] = start - prev
-    inj = out["injected_at"].to_numpy(np.float64)
+    # A queued delay counts from when the host had enqueued it (t_end); a host delay is the
+    # host's own sleep, from its start.
+    inj = np.where(where == "host", d["t_begin"], d["t_end"]).astype(np.float64)
     out["stall_ns"] = start - np.fmax(prev, inj)
     out["error"] = out["stall_ns"] / out["requested_ns"] - 1
     return out[COLUMNS]

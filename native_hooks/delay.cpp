@@ -141,12 +141,12 @@ int find_loaded(struct dl_phdr_info * info, size_t, void * out) {
 void resolve_cuda() {
     // A backend library opened with RTLD_LOCAL keeps its runtime out of the global scope: then
     // look for the runtime (or a static one inside ggml-cuda) among the loaded objects.
-    void * lib = RTLD_DEFAULT;
-    if (!dlsym(lib, "cudaLaunchHostFunc")) {
-        lib = nullptr;
-        dl_iterate_phdr(find_loaded, &lib);
+    void * lib = RTLD_DEFAULT;  // (a null pointer)
+    bool found = dlsym(lib, "cudaLaunchHostFunc") != nullptr;
+    if (!found) {
+        found = dl_iterate_phdr(find_loaded, &lib) != 0;
     }
-    if (lib) {
+    if (found) {
         g_cuda.launch_host_func = (decltype(g_cuda.launch_host_func)) dlsym(lib, "cudaLaunchHostFunc");
         g_cuda.event_record = (decltype(g_cuda.event_record)) dlsym(lib, "cudaEventRecord");
         g_cuda.stream_wait_event = (decltype(g_cuda.stream_wait_event)) dlsym(lib, "cudaStreamWaitEvent");
@@ -212,6 +212,8 @@ bool open_queue(StreamQueue & q, ggml_backend_t backend) {
         q.tail = event_new(dev);
         q.done = event_new(dev);  // leaves this thread on the backend's device: the stream goes there
         if (q.tail && q.done) err = g_cuda.stream_create_with_flags(&q.stream, CUDA_STREAM_NON_BLOCKING);
+        // CUDA starts the thread that runs host functions on first use: not during a delay
+        if (!err && q.stream) err = g_cuda.launch_host_func(q.stream, [](void *) {}, nullptr);
     }).join();
     if (!q.tail || !q.done || err) {
         cuda_warn("cannot create the private stream", err);
@@ -222,21 +224,39 @@ bool open_queue(StreamQueue & q, ggml_backend_t backend) {
 }
 
 enum Injected { INJ_NO, INJ_YES, INJ_FAILED };
+enum BackendKind : uint8_t { BK_UNKNOWN, BK_OTHER, BK_CUDA };
+std::atomic<uint8_t> g_backend_kind[MAX_BACKENDS];
+
+// Whether `backend` takes stream delays. The first call for a CUDA backend opens its private
+// stream then, before any delay, so that the set-up (milliseconds) does not lengthen one.
+bool stream_ready(ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig) {
+    if (index >= (uint32_t) MAX_BACKENDS) return false;
+    uint8_t kind = g_backend_kind[index].load(std::memory_order_acquire);
+    if (kind == BK_UNKNOWN) {
+        kind = BK_OTHER;
+        if (is_cuda(backend)) {
+            std::call_once(g_cuda_once, resolve_cuda);
+            if (!g_cuda.ok || !orig.event_record || !orig.event_wait) {
+                static std::once_flag warned;
+                std::call_once(warned, [] { cuda_warn("the CUDA runtime or the backend's events are not available", 0); });
+            } else {
+                StreamQueue & q = g_queues[index];
+                std::lock_guard<std::mutex> lock(q.m);
+                kind = q.backend == backend || open_queue(q, backend) ? BK_CUDA : BK_OTHER;
+            }
+        }
+        g_backend_kind[index].store(kind, std::memory_order_release);
+    }
+    return kind == BK_CUDA;
+}
 
 // The private stream waits for the backend stream's work so far, sleeps, records `done`; the
 // backend stream waits for `done`. So the backend stream stalls `ns` at this point of its queue.
 Injected stream_delay(ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig, uint64_t ns,
                       const CallContext & delay) {
-    std::call_once(g_cuda_once, resolve_cuda);
-    if (!g_cuda.ok || index >= (uint32_t) MAX_BACKENDS || !orig.event_record || !orig.event_wait) {
-        static std::once_flag warned;
-        std::call_once(warned, [] { cuda_warn("the CUDA runtime or the backend's events are not available", 0); });
-        return INJ_NO;
-    }
     StreamQueue & q = g_queues[index];
     std::lock_guard<std::mutex> lock(q.m);
-    if (q.backend != backend && !open_queue(q, backend)) return INJ_NO;
-    if (q.failed) return INJ_NO;
+    if (q.failed || q.backend != backend) return INJ_NO;
     orig.event_record(backend, q.tail);
     int err = g_cuda.stream_wait_event(q.stream, q.tail->context, 0);
     if (err) {
@@ -295,6 +315,7 @@ void delay_start() {
 void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig,
                   ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b) {
     std::call_once(g_ops_once, resolve_ops);
+    bool stream = stream_ready(backend, index, orig);
     DelayQuery q;
     q.kind = call.kind;
     q.graph = call.graph;
@@ -326,7 +347,7 @@ void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const 
         if (vdev_delay(backend, hits[i].ns, delay)) {
             where = DELAY_QUEUE;
         } else {
-            Injected inj = is_cuda(backend) ? stream_delay(backend, index, orig, hits[i].ns, delay) : INJ_NO;
+            Injected inj = stream ? stream_delay(backend, index, orig, hits[i].ns, delay) : INJ_NO;
             if (inj == INJ_NO) {
                 delay_sleep_ns(hits[i].ns);
             }
