@@ -206,3 +206,14 @@ def test_the_delay_outlasts_what_the_later_operation_needed():
     inverted = race((10, 12), (1, 3), None)  # it manifested in the trace: only the slack
     us, why = force.delay_for(inverted, None)
     assert us == force.MIN_SLACK_US and "manifested there" in why
+
+
+def test_a_manifested_race_that_changed_nothing_is_harmless_so_far_not_fixed():
+    assert force.verdict(manifested=3, diverged=0, undetermined=0) == "harmless-so-far"
+    assert force.verdict(manifested=1, diverged=1, undetermined=2) == "diverged"
+    assert force.verdict(manifested=0, diverged=3, undetermined=3) == "undetermined"
+    assert force.verdict(manifested=0, diverged=0, undetermined=0) == "not-manifested"
+    r = force.ForceResult("t", "harmless-so-far", "", 1, {"class": "read-after-reuse", "a": {
+        "backend": "VDEV0", "kind": "graph_compute"}}, runs=3, manifested_runs=3, delay_us=1000.0,
+        compared_with="expected")
+    assert "harmless so far, not fixed" in force._message(r)

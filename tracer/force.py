@@ -308,11 +308,17 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     elif baselines:
         result.compared_with, result.diverged_runs = "baseline", result.diverged_from_baseline
     result.command = _command(rec, lib, rule, run_dir / "forced.ggmltrace")
-    result.verdict = ("diverged" if result.manifested_runs and result.diverged_runs else
-                      "harmless-so-far" if result.manifested_runs else
-                      "undetermined" if result.undetermined_runs else "not-manifested")
+    result.verdict = verdict(result.manifested_runs, result.diverged_runs, result.undetermined_runs)
     result.message = _message(result)
     return result
+
+
+def verdict(manifested: int, diverged: int, undetermined: int) -> str:
+    """The verdict of forced runs from their counts (docs/force.md, "Verdicts"). A race that
+    manifested without changing the output is harmless so far, never "fixed"."""
+    if manifested:
+        return "diverged" if diverged else "harmless-so-far"
+    return "undetermined" if undetermined else "not-manifested"
 
 
 def _scenario_reference(rec: Recorded, env: dict) -> bytes:
