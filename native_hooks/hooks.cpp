@@ -966,7 +966,9 @@ void init() {
         return;
     }
     if (!resolved) {
-        g_state.store(State::DISABLED);  // resolve_ggml_api said what is missing
+        g_state.store(State::DISABLED);  // resolve_ggml_api said what is missing, on stderr
+        const char * why = "this program's ggml lacks entry points the hooks need (named on stderr)";
+        write_meta("disabled", why, strlen(why));  // so that readers can say the capture never attached
         return;
     }
     write_ggml_meta();
