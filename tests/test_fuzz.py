@@ -36,6 +36,7 @@ FILES_PER_BATCH = 3
 COMMAND_SECONDS = 60      # the bound on any one command
 MEMORY_CAP = 2 << 30      # RLIMIT_AS of the command runs
 OUTCOMES: collections.Counter = collections.Counter()
+pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
 
 
 def _offsets(data: bytes) -> dict[int, np.ndarray]:

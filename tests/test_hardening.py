@@ -29,7 +29,7 @@ from tracegen import TraceBuilder
 from tracer import programs
 from tracer.cli import main
 
-pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
 
 DATA = Path(__file__).parent / "data"
 TIMED = DATA / "cuda-b10531-simple-1gpu-timed.ggmltrace"  # calls, device_exec, CUPTI, NVML

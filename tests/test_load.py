@@ -13,6 +13,9 @@ from analysis.trace_file import (
     REC_CALL, RECORD_SIZE, TickClock, read_trace_file,
 )
 
+# A NumPy or pandas deprecation in the loader's path fails here first, before it breaks a release.
+pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
+
 GPU_DEV, CPU_DEV = 0x6000_0000, 0x6000_0100
 W_BUF, H_BUF, R_BUF = 0xA000, 0xB000, 0xC000  # gpu weights, host compute, reused pointer
 EV = 0xE1
@@ -62,6 +65,10 @@ EXPECTED_DTYPES = {
             "t_begin": "int64", "t_end": "int64", "copy_kind": "category", "bytes": "int64",
             "grid": "int64", "correlation": "int64", "call_id": "UInt64", "call_kind": "category",
             "backend": "category", "graph": "Int64", "split": "Int64"},
+    "delays": {"call_id": "uint64", "target_call_id": "uint64", "target_kind": "category",
+               "backend": "category", "graph": "Int64", "split": "Int64", "thread": "int64",
+               "t_begin": "int64", "t_end": "int64", "requested_ns": "int64", "where": "category",
+               "rule": "int64", "failed": "bool", "device_begin": "Int64", "device_end": "Int64"},
 }
 
 

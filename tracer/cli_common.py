@@ -1,6 +1,7 @@
 """What every `ggml-trace` command that reads a trace shares: --lenient, the one error path
 (a one-line message and exit 2, never a traceback), warnings said aloud, text safe for a
-terminal, and output files that appear whole or not at all (docs/timeline.md, "Exit codes")."""
+terminal, and output files that appear whole or not at all (docs/timeline.md, "Damaged files,
+warnings and exit codes")."""
 from __future__ import annotations
 
 import contextlib
