@@ -13,6 +13,8 @@ import os
 import shlex
 from pathlib import Path
 
+import pandas as pd
+
 from .timeline import _race_json, timeline, timeline_html
 
 
@@ -80,6 +82,29 @@ def _gpus(nvml) -> str:
     return html
 
 
+def _delays(trace) -> str:
+    """The delays injected on purpose (--delay), each with its target and the stall measured."""
+    d = getattr(trace, "delays", None)
+    if d is None or len(d) == 0:
+        return ""
+    from .delay import delay_stalls
+
+    s = delay_stalls(trace)
+    rules = trace.meta.get("delay.rules", "").split(";")
+    rows = [[r, rules[r] if 0 <= r < len(rules) else "", k, b, g, sp, w, f"{req / 1e3:g}",
+             "" if pd.isna(st) else f"{st / 1e3:.1f}", _ns(t)]
+            for r, k, b, g, sp, w, req, st, t in zip(
+                d["rule"].tolist(), d["target_kind"].astype(object), d["backend"].astype(object),
+                d["graph"].astype(object), d["split"].astype(object), d["where"].astype(object),
+                d["requested_ns"].tolist(), s["stall_ns"].tolist(), d["t_begin"].tolist())]
+    return (f"<h2>Injected delays</h2><p>{len(d)} delay{'s' if len(d) != 1 else ''} injected on purpose "
+            "(<code>--delay</code>): <i>queue</i> and <i>stream</i> delays stalled the backend's "
+            "queue, <i>host</i> delays held the call back on the host (docs/delay.md). The stall "
+            "is measured from the device records where there are any.</p>"
+            + _table(["rule", "spec", "delayed", "backend", "graph", "split", "where",
+                      "requested µs", "stall µs", "injected at"], rows))
+
+
 def report_html(trace, races=None, report_command: str | None = None) -> str:
     """The report page as a string (see write_report)."""
     meta, header = trace.meta, trace.header
@@ -127,7 +152,9 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
            ("trace length", _ns(t_end)), ("trace file", shown),
            ("format version", header.get("version", ""))]
     known = {"cmdline", "exe", "cwd", "pid", "hostname", "hooks_build", "backend_api_version",
-             "ggml_version", "ggml_commit", "nvml"}
+             "ggml_version", "ggml_commit", "nvml", "env"}
+    if meta.get("env"):  # NUL-separated KEY=VALUE
+        env.append(("environment", " ".join(v for v in meta["env"].split("\0") if v)))
     env += [(f"meta: {k}", v) for k, v in meta.items() if k not in known]
     out.append("<h2>Environment</h2>" + _kv(env))
     b = trace.backends
@@ -150,6 +177,8 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
     if argv:
         flags = [f for f, on in (("--device-timing", (trace.device["source"] == "events").any()),
                                  ("--cupti", meta.get("cupti") == "on")) if on]
+        for rule in filter(None, meta.get("delay.rules", "").split(";")):
+            flags += ["--delay", rule]
         out.append("<p>Recorded with:</p><pre>"
                    + _e(shlex.join(["ggml-trace", "record", *flags, "-o", name, "--", *argv]))
                    + "</pre>")
@@ -171,6 +200,8 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
     if trace.warnings:
         out.append("<h3>Loader warnings</h3>" + "".join(f"<pre>{_e(w)}</pre>"
                                                         for w in trace.warnings))
+
+    out.append(_delays(trace))
 
     # races
     out.append("<h2>Races</h2>")

@@ -52,6 +52,7 @@ KIND_COLORS = {
     "event_record": "#EECA3B", "event_wait": "#9D755D", "event_synchronize": "#D8B5A5",
     "event_new": "#E0E0E0", "event_free": "#E0E0E0", "user_range": "#59A14F",
     "user_mark": "#222222", "kernel": "#4C78A8", "memcpy": "#F58518", "memset": "#C9C9C9",
+    "delay": "#E45756",  # injected on purpose (--delay): on the host thread and where it stalled
 }
 GPU_KINDS = ["kernel", "memcpy", "memset"]  # CUPTI activity, on the kernels rows
 SPLIT_PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#EECA3B", "#72B7B2", "#FF9DA6",
@@ -772,6 +773,14 @@ def _hover(iv: pd.DataFrame, tb: _Tables) -> pd.Series:
         "{:x}".format), ""), index=iv.index)
     mk = pick(tb.marks, iv["mark"])
     extra = extra + pd.Series(np.where(mk != "", "<br>" + mk, ""), index=iv.index)
+    is_delay = kind == "delay"
+    if is_delay.any():  # arg = rule << 48 | requested ns (docs/trace-format.md)
+        a = iv["arg"].to_numpy(np.float64)
+        rule = np.floor(a / 2.0 ** 48)
+        ns = a - rule * 2.0 ** 48
+        delay_txt = ("<br>injected delay: " + _fmt_us(ns).set_axis(iv.index) + " requested (rule "
+                     + pd.Series(rule.astype(np.int64), index=iv.index).astype(str) + ")")
+        extra = extra + pd.Series(np.where(is_delay, delay_txt, ""), index=iv.index)
     tpos = np.searchsorted(tb.thread_ids, iv["thread"].to_numpy()) if tb.thread_ids else None
     th = pick(tb.threads, np.where(iv["thread"] >= 0, tpos if tpos is not None else -1, -1))
     when = ("<br>" + _fmt_us(iv["t0"]).set_axis(iv.index) + " → "

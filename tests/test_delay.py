@@ -10,6 +10,7 @@ import pytest
 from analysis import load
 from analysis.delay import delay_stalls
 from conftest import built_program, ggml_trace
+from test_load import check_dtypes
 from tracer import delay_spec, programs
 
 BUILD = "b10531"
@@ -50,6 +51,7 @@ def test_a_queue_delay_stalls_the_virtual_device_and_not_the_host(tmp_path):
     start = dev.loc[dev["call_id"] == d["target_call_id"], "t_begin"].min()
     prev_end = dev.loc[dev["t_end"] <= start, "t_end"].max()
     assert start >= max(prev_end, d["t_end"]) + 20 * MS
+    check_dtypes(t)  # the documented schema, with a delay in every frame that has one
     s = delay_stalls(t).iloc[0]
     assert 0 <= s["error"] < 1 and s["stall_ns"] == start - max(prev_end, d["t_end"])
     # the program's result is unchanged: the delay only moves work in time
@@ -219,3 +221,27 @@ def test_cuda_stream_delays_recorded_on_an_h200(name, n):
     # measured against CUPTI's kernels: the requested time plus the CUDA runtime's latency in
     # starting the host function (25-290 us in these runs: see docs/delay.md)
     assert np.median(s["error"]) < 0.15
+
+
+def test_delays_in_the_timeline_the_exports_and_the_report(tmp_path):
+    from analysis.export import export_parquet, perfetto_events
+    from analysis.report import report_html
+    from analysis.timeline import timeline
+
+    t, _ = record(tmp_path, "views", scenario_exe(), "cpu-async-cpu", "--seed", "1",
+                  delay=["VDEV0:graph_compute,split=1:3000", "CPU:graph_compute,split=2:1000"], vdev=True)
+    assert sorted(t.delays["where"].astype(str)) == ["host", "queue"]
+    html = timeline(t).to_html()  # hover texts are in JSON: µ is \u00b5 there
+    assert "injected delay: 3,000.000 \\u00b5s requested (rule 0)" in html
+    assert "injected delay: 1,000.000 \\u00b5s requested (rule 1)" in html
+    ev = [e for f in perfetto_events(t)["frames"] for e in f.to_dict("records") if e.get("name") == "delay"]
+    # the host's injection of both, and the queue's stall on the VDEV0 device track
+    assert sorted(e["args"]["on_device"] for e in ev) == [False, False, True]
+    stall = next(e for e in ev if e["args"]["on_device"])
+    assert stall["dur"] >= 3000 and stall["args"]["backend"] == "VDEV0"
+    files = {p.name for p in export_parquet(t, tmp_path / "pq")}
+    assert "delays.parquet" in files
+    page = report_html(t, races=False)
+    assert "<h2>Injected delays</h2><p>2 delays injected" in page
+    assert "<td>VDEV0:graph_compute,split=1:3000</td>" in page
+    assert "--delay VDEV0:graph_compute,split=1:3000 --delay CPU:graph_compute,split=2:1000" in page
