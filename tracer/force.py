@@ -143,6 +143,7 @@ class Run:
     stdout: str  # file holding the program's stdout
     trace: str | None
     delays: int = 0  # delays the hooks injected (trace.delays rows)
+    delay_where: list = field(default_factory=list)  # where they acted: host, queue, stream
     race: dict = field(default_factory=dict)  # analysis.race_match.Recurrence.to_json()
     races: int = 0  # races of any identity in this run
     diverged_from_baseline: bool | None = None
@@ -167,6 +168,7 @@ class ForceResult:
     manifested_runs: int = 0
     diverged_runs: int = 0
     undetermined_runs: int = 0  # forced runs whose times cannot prove either verdict
+    delay_where: list = field(default_factory=list)  # where the delays acted: host, queue, stream
     delay_us: float | None = None
     delay_reason: str = ""
     rule: str = ""
@@ -272,6 +274,7 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
         report = races(t)
         run.races = len(report.findings)
         run.delays = len(t.delays)
+        run.delay_where = sorted(set(t.delays["where"].astype(str)))
         run.race = race_match.recurrence(target, t, report, target["a"]["graph"]).to_json()
         return run
 
@@ -294,6 +297,7 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
             f"{', output diverged' if (f.diverged_from_expected or f.diverged_from_baseline) else ''}")
 
     result.details = [asdict(r) for r in baselines + forced]
+    result.delay_where = sorted({w for f in forced for w in f.delay_where})
     result.manifested_runs = sum(f.manifested for f in forced)
     result.undetermined_runs = sum(f.race.get("verdict") == "undetermined" for f in forced)
     result.baseline_manifested_runs = sum(b.manifested for b in baselines)
@@ -310,6 +314,11 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     result.command = _command(rec, lib, rule, run_dir / "forced.ggmltrace")
     result.verdict = verdict(result.manifested_runs, result.diverged_runs, result.undetermined_runs)
     result.message = _message(result)
+    if "host" in result.delay_where and target["a"]["thread"] == target["b"]["thread"]:
+        # A host sleep holds back the calling thread, and b is called after a on that thread.
+        result.message += (f"; note: the hooks could delay {target['a']['backend']} only on the "
+                           "host (before the call is issued), which holds back the later operation "
+                           "too, since the same thread issues it: a host delay cannot reorder them")
     return result
 
 
