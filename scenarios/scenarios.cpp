@@ -2,7 +2,7 @@
 // async backends need. Each prints a hash of its result; `ggml-trace scenario` compares it with the
 // same graph computed on the CPU alone. The async devices are ggml-trace's virtual devices (VDEVn),
 // so the program runs under the hooks with GGML_TRACE_VIRTUAL_DEVICES set.
-//   ggml-trace-scenarios NAME [--cpu-only] [--seed S]
+//   ggml-trace-scenarios NAME [--cpu-only] [--seed S] [--backend vdev|vulkan]
 // Graph pictures and what each scenario checks: docs/scenarios.md.
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 
 #include <random>
 #include <string>
+#include <algorithm>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -31,7 +32,8 @@ struct Scenario {
     std::vector<std::pair<ggml_tensor *, std::vector<float>>> inputs;
     std::vector<std::pair<ggml_tensor *, ggml_backend_t>> placement;  // re-applied after each reset
 
-    ggml_backend_t dev(int i) { return cpu_only ? cpu : backends[i]; }
+    // With one real device (--backend vulkan) every device of the scenario folds onto it.
+    ggml_backend_t dev(int i) { return cpu_only ? cpu : backends[std::min<size_t>(i, backends.size() - 2)]; }
 
     ggml_tensor * input(const char * name, std::mt19937 & rng) {
         ggml_tensor * t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N);
@@ -323,13 +325,17 @@ int main(int argc, char ** argv) {
     Scenario s;
     s.cpu_only = false;
     unsigned seed = 1;
+    const char * backend_kind = "vdev";
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--cpu-only") == 0) s.cpu_only = true;
         if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = (unsigned) atoi(argv[++i]);
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend_kind = argv[++i];
     }
     s.cpu = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(s.cpu, 1);  // small graphs; spinning thread pools only add noise
-    if (!s.cpu_only) {
+    if (!s.cpu_only && strcmp(backend_kind, "vulkan") == 0) {
+        s.backends.push_back(device_backend("Vulkan0"));  // a real device: lavapipe, a GPU
+    } else if (!s.cpu_only) {
         for (int i = 0; i < entry->devices; i++) {
             std::string name = "VDEV" + std::to_string(i);
             s.backends.push_back(device_backend(name.c_str()));
@@ -338,7 +344,14 @@ int main(int argc, char ** argv) {
     s.backends.push_back(s.cpu);
     const bool parallel = strcmp(entry->name, "pipeline") == 0;
     const int iterations = parallel ? 8 : 1;
-    s.sched = ggml_backend_sched_new(s.backends.data(), nullptr, (int) s.backends.size(), 2048, parallel, false);
+    // On a real device the CPU's buffers are the device's pinned host memory, as llama.cpp makes
+    // them when it offloads: then copies into the device read them asynchronously (the #23321 path).
+    std::vector<ggml_backend_buffer_type_t> bufts;
+    for (ggml_backend_t b : s.backends) bufts.push_back(ggml_backend_get_default_buffer_type(b));
+    ggml_backend_dev_t first = s.backends.size() > 1 ? ggml_backend_get_device(s.backends[0]) : nullptr;
+    ggml_backend_buffer_type_t host = first ? ggml_backend_dev_host_buffer_type(first) : nullptr;
+    if (strcmp(backend_kind, "vulkan") == 0 && host) bufts.back() = host;
+    s.sched = ggml_backend_sched_new(s.backends.data(), bufts.data(), (int) s.backends.size(), 2048, parallel, false);
     ggml_init_params params = {ggml_tensor_overhead() * 256 + ggml_graph_overhead(), nullptr, true};
     s.ctx = ggml_init(params);
     std::mt19937 rng(seed);

@@ -133,3 +133,21 @@ def test_host_times_alone_never_say_latent(tmp_path):
     out = format_report(r)
     assert "0 latent, 1 undetermined" in out and "host times only" in out
     assert r.findings["verdict"].dtype == pd.CategoricalDtype(["manifested", "latent", "undetermined"])
+
+
+# -- scheduler scenarios on the real Vulkan device ---------------------------------------------
+
+def test_inputless_reuse_on_real_vulkan_before_and_after_the_fix(tmp_path):
+    from tracer import scenario
+    red = scenario.run("inputless-reuse", build="b10524", runs=20, backend="vulkan", out_dir=tmp_path / "red")
+    green = scenario.run("inputless-reuse", build="b10531", runs=20, backend="vulkan", out_dir=tmp_path / "green")
+    # measured 8/10, 12/20, 9/20, 12/20 corrupt before the fix: the copy often runs in time
+    assert red.corrupt_runs >= 4, red.corrupt
+    for i, path in enumerate(red.traces):
+        (race,) = findings(races(load(path)))
+        assert {race["a"]["tensor"], race["b"]["tensor"]} == {"h", "z"}
+        # a corrupt run's race is proven manifested (clean runs measured latent, 8 of 8)
+        if i in red.corrupt:
+            assert race["verdict"] == "manifested" and race["basis"] == "bounds", (path, race)
+    assert green.corrupt_runs == 0
+    assert all(findings(races(load(p))) == [] for p in green.traces)

@@ -97,15 +97,17 @@ def cmd_scenario(args) -> int:
     try:
         r = scenario.run(args.name, build=args.build, runs=args.runs, latency_us=args.latency_us,
                          jitter_us=args.jitter_us, seed=args.seed, out_dir=args.out,
-                         **({"devices": args.devices} if args.devices else {}))
+                         backend=args.backend, **({"devices": args.devices} if args.devices else {}))
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"ggml-trace scenario: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(r.to_json(), indent=2))
     else:
+        timing = (f"real Vulkan device" if r.backend == "vulkan"
+                  else f"latency {_us(r.latency_us)} us, jitter {r.jitter_us:g} us")
         print(f"{r.scenario} on {r.build}: {r.corrupt_runs} of {r.runs} runs corrupt "
-              f"(latency {_us(r.latency_us)} us, jitter {r.jitter_us:g} us, seeds {r.seed}..{r.seed + r.runs - 1})")
+              f"({timing}, seeds {r.seed}..{r.seed + r.runs - 1})")
         print(f"traces: {Path(r.traces[0]).parent}/" if r.traces else "no traces")
     return 0
 
@@ -214,6 +216,9 @@ def main(argv=None) -> int:
     p.add_argument("--latency-us", type=_latencies, default="5000", metavar="US[,US...]",
                    help="virtual device latency per operation; A,B,... gives one value per device")
     p.add_argument("--devices", type=int, default=0, help="virtual devices (meta-allreduce; default 3)")
+    p.add_argument("--backend", choices=["vdev", "vulkan"], default="vdev",
+                   help="vdev: virtual devices; vulkan: the real Vulkan device 0 of build/llama-BUILD-vulkan "
+                        "(lavapipe here), with device timing (docs/vulkan.md)")
     p.add_argument("--jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
     p.add_argument("--seed", type=int, default=0, help="jitter seed of the first run (then +1 per run)")
     p.add_argument("--out", help="directory for the traces (default: build/scenarios/NAME-BUILD)")

@@ -10,6 +10,7 @@ from .record import trace_env
 
 SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "random-dag",
              "meta-allreduce"]
+BACKENDS = ["vdev", "vulkan"]
 META_SCENARIOS = {"meta-allreduce"}  # a meta (tensor-parallel) device over --devices VDEVs
 DEFAULT_LATENCY_US = 5000.0
 
@@ -26,6 +27,7 @@ class ScenarioResult:
     seed: int
     corrupt: list = field(default_factory=list)  # indices of the corrupt runs
     traces: list = field(default_factory=list)
+    backend: str = "vdev"  # or "vulkan": the real device (BACKENDS)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -50,16 +52,26 @@ def parse_latencies(text) -> list[float]:
 
 
 def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LATENCY_US,
-        jitter_us: float = 0.0, seed: int = 0, out_dir: Path = None, devices: int = 3) -> ScenarioResult:
+        jitter_us: float = 0.0, seed: int = 0, out_dir: Path = None, devices: int = 3,
+        backend: str = "vdev", device_timing: bool = True) -> ScenarioResult:
+    """backend "vdev": virtual devices; "vulkan": the real Vulkan device 0 of the build's Vulkan tree
+    (build/llama-BUILD-vulkan; lavapipe here), onto which every device of the scenario folds;
+    latency and jitter do not apply, and `device_timing` turns on its markers (docs/vulkan.md)."""
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if backend == "vulkan" and name in META_SCENARIOS:
+        raise ValueError(f"{name} needs several virtual devices; it does not run on --backend vulkan")
+    tree = build if backend == "vdev" else f"{build}-vulkan"
     lat = parse_latencies(latency_us)
     latency_us = lat[0] if len(lat) == 1 else lat
     env_latency = ",".join(f"{v:g}" for v in lat)
     # a meta scenario sizes its meta device from --devices; the others carry their own count
     extra = ["--devices", str(devices)] if name in META_SCENARIOS else []
-    exe = str(program(build, "ggml-trace-scenarios"))
-    out_dir = Path(out_dir or build_root() / "scenarios" / f"{name}-{build}")
+    extra += ["--backend", "vulkan"] if backend == "vulkan" else []
+    exe = str(program(tree, "ggml-trace-scenarios"))
+    out_dir = Path(out_dir or build_root() / "scenarios" / f"{name}-{tree}")
     out_dir.mkdir(parents=True, exist_ok=True)
     def reference_for(data_seed):  # the same graph and inputs, computed on the CPU alone
         ref = subprocess.run([exe, name, "--cpu-only", "--seed", str(data_seed)] + extra, capture_output=True, text=True,
@@ -71,15 +83,19 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
     # Only random-dag draws its graph from the seed; the others keep one graph and one reference.
     per_run_graph = name == "random-dag"
     reference = reference_for(seed if per_run_graph else 1)
-    result = ScenarioResult(name, build, runs, 0, reference, latency_us, jitter_us, seed)
+    result = ScenarioResult(name, build, runs, 0, reference, latency_us, jitter_us, seed, backend=backend)
     for i in range(runs):
         data_seed = seed + i if per_run_graph else 1
         expected = reference_for(data_seed) if per_run_graph else reference
         trace = out_dir / f"run-{i:03d}.ggmltrace"
         trace.unlink(missing_ok=True)
-        env = trace_env(hooks(build), trace)
-        env.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=env_latency,
-                   GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
+        env = trace_env(hooks(tree), trace)
+        if backend == "vulkan":  # lavapipe is a CPU-type device: ggml lists it only when asked
+            env.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+            env["GGML_TRACE_DEVICE_TIMING"] = "1" if device_timing else "0"
+        else:
+            env.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=env_latency,
+                       GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
         r = subprocess.run([exe, name, "--seed", str(data_seed)] + extra, capture_output=True, text=True, timeout=120,
                            env=env)
         if r.returncode != 0:
