@@ -217,3 +217,8 @@ def test_a_manifested_race_that_changed_nothing_is_harmless_so_far_not_fixed():
         "backend": "VDEV0", "kind": "graph_compute"}}, runs=3, manifested_runs=3, delay_us=1000.0,
         compared_with="expected")
     assert "harmless so far, not fixed" in force._message(r)
+
+
+def test_long_delays_stay_plain_microseconds():
+    race = {"a": {"backend": "CUDA0", "kind": "graph_compute", "graph": 7, "split": 0, "tensor": None}}
+    assert force.delay_rule(race, 2_500_000.0) == "CUDA0:graph_compute,graph=7,split=0:2500000"

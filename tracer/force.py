@@ -126,7 +126,7 @@ def delay_rule(race: dict, us: float) -> str:
             # a split has one compute on a backend but may have several input copies
             f"tensor={_glob_literal(a['tensor'])}" if a["kind"] != "graph_compute" and a["tensor"]
             else None]
-    rule = f"{a['backend']}:{','.join([a['kind']] + [k for k in keys if k])}:{us:g}"
+    rule = f"{a['backend']}:{','.join([a['kind']] + [k for k in keys if k])}:{math.ceil(us)}"
     try:  # a name the syntax cannot express fails here, not in the program
         delay_spec.parse_rule(rule)
     except delay_spec.DelaySpecError as e:
@@ -353,7 +353,7 @@ def _command(rec: Recorded, lib: Path, rule: str, output: Path) -> str:
 def _message(r: ForceResult) -> str:
     a = r.race["a"]
     what = (f"race [{r.race_number}] ({r.race['class']}: {a['backend']} {a['kind']} delayed "
-            f"{r.delay_us:g} us)")
+            f"{r.delay_us:.0f} us)")
     if r.verdict == "undetermined":
         shown = (f"; the output differed from the {r.compared_with} output in {r.diverged_runs} of "
                  f"{r.runs}" if r.compared_with else "")
@@ -379,7 +379,7 @@ def format_result(r: ForceResult) -> str:
         return r.message
     lines = [r.message,
              f"race: {r.race['missing']}",
-             f"delay: {r.delay_us:g} us ({r.delay_reason}); rule {r.rule}",
+             f"delay: {r.delay_us:.0f} us ({r.delay_reason}); rule {r.rule}",
              f"forced runs: {r.runs}, manifested: {r.manifested_runs}"]
     if r.diverged_from_expected is not None:
         lines.append(f"  differed from the expected output ({r.expected}): "
