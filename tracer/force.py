@@ -44,12 +44,14 @@ class ForceError(RuntimeError):
 
 @dataclass
 class Recorded:
-    """How the traced program was started (META cmdline, cwd, env)."""
+    """How the traced program was started (META cmdline, cwd, env, and delay.rules: the delays
+    it ran under, which the re-runs keep)."""
 
     argv: list
     cwd: str
     env: dict
     hooks_build: str = ""
+    rules: list = field(default_factory=list)
 
     @classmethod
     def from_meta(cls, meta: dict, path) -> "Recorded":
@@ -61,7 +63,8 @@ class Recorded:
         if not argv:
             raise ForceError(f"{path}: META cmdline is empty")
         env = dict(kv.partition("=")[::2] for kv in meta["env"].split("\0") if "=" in kv)
-        return cls(argv, meta["cwd"], env, meta.get("hooks_build", ""))
+        rules = [r for r in meta.get("delay.rules", "").split(";") if r.strip()]
+        return cls(argv, meta["cwd"], env, meta.get("hooks_build", ""), rules)
 
     def environment(self) -> dict:
         """This process's environment with the ggml-related variables replaced by the recorded
@@ -142,7 +145,7 @@ class Run:
     returncode: int
     stdout: str  # file holding the program's stdout
     trace: str | None
-    delays: int = 0  # delays the hooks injected (trace.delays rows)
+    delays: int = 0  # delays the force rule injected (trace.delays rows of that rule)
     delay_where: list = field(default_factory=list)  # where they acted: host, queue, stream
     race: dict = field(default_factory=dict)  # analysis.race_match.Recurrence.to_json()
     races: int = 0  # races of any identity in this run
@@ -172,6 +175,7 @@ class ForceResult:
     delay_us: float | None = None
     delay_reason: str = ""
     rule: str = ""
+    kept_rules: list = field(default_factory=list)  # the traced run's own delay rules, kept
     command: str | None = None
     compared_with: str = ""  # what diverged_runs counts against: "expected" or "baseline"
     diverged_from_baseline: int | None = None
@@ -250,9 +254,12 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     run_dir = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="ggml-trace-force-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     result = ForceResult(str(path), "", "", number, target, runs, delay_us=us, delay_reason=reason,
-                         rule=rule, baseline_runs=baseline_runs, out_dir=str(run_dir))
+                         rule=rule, kept_rules=rec.rules, baseline_runs=baseline_runs,
+                         out_dir=str(run_dir))
     log(f"race [{number}]: {target['missing']}")
     log(f"delay: {rule} ({reason}); runs in {run_dir}")
+    if rec.rules:
+        log(f"the traced run's own delay rules are kept in every run: {';'.join(rec.rules)}")
 
     env = rec.environment()
     if expected is not None:
@@ -261,10 +268,11 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
         expected = _scenario_reference(rec, env)
         result.expected = "the scenario's result computed on the CPU alone (--cpu-only)"
 
-    def one(name: str, delays) -> Run:
+    def one(name: str, forced: bool) -> Run:
+        delays = rec.rules + [rule] if forced else rec.rules
         trace = run_dir / f"{name}.ggmltrace"
         with open(run_dir / f"{name}.stdout", "wb") as out, open(run_dir / f"{name}.stderr", "wb") as err:
-            r = record(rec.argv, lib, trace, delays=delays, env=env, cwd=rec.cwd, stdout=out,
+            r = record(rec.argv, lib, trace, delays=delays or None, env=env, cwd=rec.cwd, stdout=out,
                        stderr=err, stdin=subprocess.DEVNULL)
         run = Run(name, r.returncode, str(run_dir / f"{name}.stdout"), None)
         if not r.traces:
@@ -273,16 +281,18 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
         t = load(run.trace, strict=False)  # a run the delay made crash still tells its story
         report = races(t)
         run.races = len(report.findings)
-        run.delays = len(t.delays)
-        run.delay_where = sorted(set(t.delays["where"].astype(str)))
+        if forced:  # the force rule comes after the traced run's own
+            mine = t.delays[t.delays["rule"] == len(rec.rules)]
+            run.delays = len(mine)
+            run.delay_where = sorted(set(mine["where"].astype(str)))
         run.race = race_match.recurrence(target, t, report, target["a"]["graph"]).to_json()
         return run
 
-    baselines = [one(f"baseline-{i}", None) for i in range(baseline_runs)]
+    baselines = [one(f"baseline-{i}", False) for i in range(baseline_runs)]
     base_outputs = {_output(run_dir, b.name, b.returncode) for b in baselines}
     forced = []
     for i in range(runs):
-        f = one(f"forced-{i}", [rule])
+        f = one(f"forced-{i}", True)
         if f.trace and f.delays == 0:
             raise ForceError(f"the delay rule {rule!r} selected no operation in {f.trace}: the "
                              "re-run did not do what the traced run did, or the hooks cannot delay")
@@ -345,8 +355,8 @@ def _scenario_reference(rec: Recorded, env: dict) -> bytes:
 def _command(rec: Recorded, lib: Path, rule: str, output: Path) -> str:
     """One shell line that re-runs a forced run."""
     env = [f"{k}={v}" for k, v in rec.env.items()]
-    run = ["ggml-trace", "record", "--hooks", str(lib), "--delay", rule, "-o", str(output), "--",
-           *rec.argv]
+    delays = [a for r in rec.rules + [rule] for a in ("--delay", r)]
+    run = ["ggml-trace", "record", "--hooks", str(lib), *delays, "-o", str(output), "--", *rec.argv]
     return f"cd {shlex.quote(rec.cwd)} && " + shlex.join((["env", *env] if env else []) + run)
 
 
@@ -380,6 +390,8 @@ def format_result(r: ForceResult) -> str:
     lines = [r.message,
              f"race: {r.race['missing']}",
              f"delay: {r.delay_us:.0f} us ({r.delay_reason}); rule {r.rule}",
+             *([f"kept in every run, as the traced run had them: {';'.join(r.kept_rules)}"]
+               if r.kept_rules else []),
              f"forced runs: {r.runs}, manifested: {r.manifested_runs}"]
     if r.diverged_from_expected is not None:
         lines.append(f"  differed from the expected output ({r.expected}): "
