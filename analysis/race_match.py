@@ -27,10 +27,10 @@ def identity(race: dict) -> tuple:
 class Recurrence:
     """The race as one run showed it. found: the run has a race with the same identity;
     manifested / inverted / margin_us / verdict / basis: that finding's (docs/races.md;
-    manifested only where the times prove it); target_graph: the graph
-    asked about, target_manifested: whether its occurrence there manifested (None when the race
-    has no occurrence in that graph); same_bytes: whether the first occurrence touched the same
-    byte range of the same buffer type as the original."""
+    manifested only where the times prove it); target_graph: the graph asked about;
+    target_manifested: whether the race's occurrence there manifested (None when it has none
+    in that graph); same_bytes: whether the first occurrence touched the same byte range of
+    the same buffer type as the original."""
 
     found: bool
     manifested: bool = False
