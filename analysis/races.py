@@ -802,18 +802,19 @@ def missing_words(a: dict, b: dict) -> str:
                                 a["thread"], b["thread"]))
 
 
-def _verdict_words(r: dict) -> str:
+def verdict_words(r: dict) -> str:
     """What the times prove about one finding (a dict of RaceReport.to_json()), in words."""
-    bounds = " (device-time bounds)" if r["basis"] == "bounds" else ""
-    if r["verdict"] == "manifested":
-        words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r["inverted"]
+    verdict = r.get("verdict") or ("manifested" if r.get("manifested") else "latent")
+    bounds = " (device-time bounds)" if r.get("basis") == "bounds" else ""
+    if verdict == "manifested":
+        words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r.get("inverted")
                  else "MANIFESTED (the earlier operation had not finished when the later one began)")
-        if r["margin_us"] is not None:
+        if r.get("margin_us") is not None:
             words += f"; latent elsewhere, margin {r['margin_us']:.1f} us"
         return words + bounds
-    if r["verdict"] == "latent":
+    if verdict == "latent":
         return f"latent, margin {r['margin_us']:.1f} us{bounds}"
-    if r["basis"] == "host":
+    if r.get("basis") == "host":
         return ("UNDETERMINED: host times only (when the async operation ran on its device is not "
                 "known, so latent cannot be told from manifested; record with --device-timing)")
     return "UNDETERMINED: the device-time bounds do not separate the two operations"
@@ -834,7 +835,7 @@ def format_report(report: RaceReport, path: str = "") -> str:
     lines = [f"{head}{len(found)} race{'s' if len(found) != 1 else ''} ({counts}) among "
              f"{report.operations} operations and {report.accesses} accesses"]
     for i, r in enumerate(found, 1):
-        timing = _verdict_words(r)
+        timing = verdict_words(r)
         first, last = r["first"]["graph"], r["last"]["graph"]
         graphs = f"graph {first}" if first == last else f"graphs {first}..{last}"
         lines.append(f"[{i}] {r['class']}  x{r['count']} ({graphs})  {timing}")

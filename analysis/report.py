@@ -131,9 +131,11 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
         out.append(f'<div class="warnings"><p><b>⚠ {_e(banner)}</b></p><ul>'
                    + "".join(f"<li>{_e(w)}</li>" for w in trace.warnings) + "</ul></div>")
     if race_list:
+        n_lat = sum(r.get("verdict", "latent") == "latent" and not r.get("manifested") for r in race_list)
+        n_und = len(race_list) - n_man - n_lat
         out.append(f'<p class="manifested">{len(race_list)} race'
                    f'{"s" if len(race_list) != 1 else ""} found ({n_man} manifested, '
-                   f'{len(race_list) - n_man} latent).</p>')
+                   f'{n_lat} latent{f", {n_und} undetermined" if n_und else ""}).</p>')
     elif banner:
         out.append('<p class="latent">No races found in what was captured (see the warnings '
                    'above).</p>')
@@ -211,8 +213,8 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
               "t_begin_us", "t_end_us", "device", "call_id"]
     for i, r in enumerate(race_list, 1):
         manif = bool(r.get("manifested"))
-        timing = ("manifested: the two executions overlapped in time" if manif else
-                  f"latent: {r.get('margin_us')} µs apart, nothing orders them")
+        from .races import verdict_words
+        timing = verdict_words(r)  # what the times prove, never "latent" on host times alone
         rng = r.get("range") or [None, None]
         first, last = r.get("first") or {}, r.get("last") or {}
         out.append(

@@ -645,7 +645,7 @@ def _race_layer(model: _Model, races: list[dict]):
                                        line=dict(width=0), fillcolor="rgba(228,26,28,0.18)",
                                        layer="below"))
             ann.append(dict(x=xb, y=yb, xref="x", yref="y", text=esc(
-                f"race {i}: {r.get('class')} ({'manifested' if r.get('manifested') else 'latent'})"),
+                f"race {i}: {r.get('class')} ({r.get('verdict') or ('manifested' if r.get('manifested') else 'latent')})"),
                 showarrow=False, yshift=-13, font=dict(color=RACE_COLOR, size=11),
                 bgcolor="rgba(255,255,255,0.8)"))
         desc = _race_text(i, r)
@@ -668,8 +668,8 @@ def _race_text(i: int, r: dict) -> str:
                    f"{s.get('thread')}{', on the device' if s.get('device') else ''}) "
                    f"[{s.get('t_begin_us')}, {s.get('t_end_us')}] µs")
     rng = r.get("range") or [None, None]
-    timing = ("MANIFESTED: the executions overlapped" if r.get("manifested")
-              else f"latent, margin {r.get('margin_us')} µs")
+    from .races import verdict_words
+    timing = verdict_words(r)
     return (f"<b>race {i}: {esc(r.get('class'))}</b> ×{esc(r.get('count'))}<br>{esc(timing)}"
             f"<br>a: {side(r.get('a'))}<br>b: {side(r.get('b'))}"
             f"<br>buffer {esc(r.get('buffer'))} bytes [{esc(rng[0])}, {esc(rng[1])})"
