@@ -77,7 +77,7 @@ const uint32_t MARK_BYTES = 64;        // the device-side source: MARK_BYTES of 
 const unsigned DEFAULT_POLL_US = 100;
 
 struct MarkOp {
-    uint64_t call_id, t_enqueue, lo, hi;  // lo: last seen not started; hi: first seen ended (0: not yet)
+    uint64_t call_id, t_enqueue, lo, hi;  // lo: last time seen not started; hi: when seen ended
     uint32_t graph;
     int32_t split;
 };
@@ -121,31 +121,27 @@ void poll_markers(Markers * k) {
         return;
     }
     uint64_t t0 = now_ticks();  // a marker read as zero after t0 had not passed at t0
-    bool all_passed = true;
+    uint64_t unstarted = k->tail;  // the first operation proven not started at t0
     for (uint64_t n = k->head; n < k->tail; n++) {
-        MarkOp & op = k->ring[n % MARK_RING];
         if (!passed(k, n, 0)) {
-            // neither this operation nor any later one on the queue has started
-            for (uint64_t j = n; j < k->tail; j++) {
-                MarkOp & o = k->ring[j % MARK_RING];
-                o.lo = std::max(o.lo, t0);
-            }
-            all_passed = false;
+            unstarted = n;
             break;
         }
-        if (!passed(k, n, 1)) {
-            all_passed = false;
+        if (!passed(k, n, 1)) {  // the next operation's before-marker comes after this one
+            unstarted = n + 1;
             break;
         }
-        (void) op;
     }
-    uint64_t t1 = now_ticks();  // a marker read as set before t1 had passed by t1
+    for (uint64_t j = unstarted; j < k->tail; j++) {  // nor has any later one on the queue
+        MarkOp & o = k->ring[j % MARK_RING];
+        o.lo = std::max(o.lo, t0);
+    }
     for (; k->head < k->tail; k->head++) {
         MarkOp & op = k->ring[k->head % MARK_RING];
         if (!passed(k, k->head, 1)) {
             break;
         }
-        op.hi = op.hi ? op.hi : t1;
+        op.hi = now_ticks();  // read as set before now: it had passed by now
         CallRec * r = op.call_id ? (CallRec *) reserve_record() : nullptr;  // 0: a declined copy
         if (r) {
             r->kind = K_DEVICE_EXEC;
@@ -163,7 +159,6 @@ void poll_markers(Markers * k) {
             commit_record(r, REC_CALL);
         }
     }
-    (void) all_passed;
 }
 
 void poll_all_markers() {
