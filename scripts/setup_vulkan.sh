@@ -28,7 +28,8 @@ mkdir -p "$work/lists/partial" "$work/archives/partial"
 echo "deb [signed-by=/usr/share/keyrings/debian-archive-trixie-stable.gpg] http://deb.debian.org/debian trixie main" >"$work/sources.list"
 opts=(-o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
       -o Dir::State::Lists="$work/lists" -o Dir::Cache::Archives="$work/archives"
-      -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Get::List-Cleanup=0)
+      -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Get::List-Cleanup=0
+      -o APT::Sandbox::User=root)  # the private state lives in a root-only temporary folder
 apt-get "${opts[@]}" update -qq
 (cd "$work" && apt-get "${opts[@]}" download libvulkan-dev >/dev/null)
 rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
