@@ -1204,8 +1204,12 @@ ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * par
     bool on = active();
     ggml_backend_t backend = g_api.dev_init(device, params);
     if (on && backend) {
-        ggml_backend_buffer_type_t buft = g_api.backend_get_default_buffer_type(backend);
-        register_backends(&backend, &buft, 1);
+        // a meta backend with its simple backends: its buffers are filled before any scheduler exists
+        ggml_backend_t all[1 + 16];
+        ggml_backend_buffer_type_t bufts[1 + 16];
+        all[0] = backend;
+        bufts[0] = g_api.backend_get_default_buffer_type(backend);
+        register_backends(all, bufts, meta_expand(all, bufts, 1, 1 + 16));
     }
     return backend;
 }
