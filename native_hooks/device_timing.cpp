@@ -562,29 +562,16 @@ void device_timing_waited(uint32_t backend_index) {
 
 namespace {
 
-void write_untimed(Watcher * w) {
+// META device_timing.untimed.B: operations of backend B that were left untimed (watcher or markers).
+template <typename Observer> void write_untimed(Observer * o) {
     uint64_t untimed;
     {
-        std::lock_guard<std::mutex> lock(w->m);
-        untimed = w->untimed;
+        std::lock_guard<std::mutex> lock(o->m);
+        untimed = o->untimed;
     }
     if (untimed && writer_is_open()) {
         char key[48], value[32];
-        snprintf(key, sizeof(key), "device_timing.untimed.%u", w->backend_index);
-        int n = snprintf(value, sizeof(value), "%llu", (unsigned long long) untimed);
-        write_meta(key, value, (size_t) n);
-    }
-}
-
-void write_marker_untimed(Markers * k) {
-    uint64_t untimed;
-    {
-        std::lock_guard<std::mutex> lock(k->m);
-        untimed = k->untimed;
-    }
-    if (untimed && writer_is_open()) {
-        char key[48], value[32];
-        snprintf(key, sizeof(key), "device_timing.untimed.%u", k->backend_index);
+        snprintf(key, sizeof(key), "device_timing.untimed.%u", o->backend_index);
         int n = snprintf(value, sizeof(value), "%llu", (unsigned long long) untimed);
         write_meta(key, value, (size_t) n);
     }
@@ -606,7 +593,7 @@ void device_timing_forget(uint32_t backend_index, ggml_backend_t backend, void (
             std::lock_guard<std::mutex> lock(k->m);
             k->untimed += k->tail - k->head;
         }
-        write_marker_untimed(k);
+        write_untimed(k);
         g_n_markers--;
         // A poller that loaded the pointer before the exchange finds nothing pending once it
         // gets the lock, so it reads no freed memory; the small struct itself is left alive.
@@ -651,7 +638,7 @@ void device_timing_shutdown() {
                 k->untimed += k->tail - k->head;
                 k->head = k->tail;
             }
-            write_marker_untimed(k);
+            write_untimed(k);
         }
     }
     for (int i = 0; i < MAX_BACKENDS; i++) {
