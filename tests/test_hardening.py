@@ -369,3 +369,16 @@ def test_sigkill_keeps_every_event_seen_live(model, tmp_path):
         a, b = (set(getattr(r, name).view(VOID).tolist()) for r in (seen, kept))
         assert a and a <= b, f"{name}: {len(a - b)} records seen live are gone or changed"
     assert len(kept.calls) > len(seen.calls)  # and what it wrote after the look is kept too
+
+
+def test_a_missing_package_is_named_not_blamed_on_the_trace(tmp_path):
+    """A reading command on a host without plotly (the GPU hosts have none) says what to install."""
+    code = ("import sys; sys.modules['plotly'] = None; from tracer.cli import main; "
+            f"sys.exit(main(['timeline', {str(DATA / 'cuda-b10531-layer-2gpu.ggmltrace')!r}, '-o', "
+            f"{str(tmp_path / 't.html')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).parents[1], timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == \
+        "ggml-trace timeline: needs the Python package 'plotly', which is not installed", r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "t.html").exists()

@@ -71,6 +71,8 @@ def error_line(command: str, args, e: BaseException) -> str:
         return f"ggml-trace {command}: {where}{e.strerror or e}{name}"
     if isinstance(e, MemoryError):
         return f"ggml-trace {command}: {where}out of memory (the trace is damaged or too large)"
+    if isinstance(e, ModuleNotFoundError):  # a missing package is not a damaged trace
+        return f"ggml-trace {command}: needs the Python package {(e.name or '?').split('.')[0]!r}, which is not installed"
     return (f"ggml-trace {command}: {where}cannot process this trace ({type(e).__name__}: "
             f"{printable(e)}); if the file is damaged, try --lenient; GGML_TRACE_DEBUG=1 shows "
             "the traceback")
