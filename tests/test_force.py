@@ -239,3 +239,28 @@ def test_a_manifested_race_that_changed_nothing_is_harmless_so_far_not_fixed():
 def test_long_delays_stay_plain_microseconds():
     race = {"a": {"backend": "CUDA0", "kind": "graph_compute", "graph": 7, "split": 0, "tensor": None}}
     assert force.delay_rule(race, 2_500_000.0) == "CUDA0:graph_compute,graph=7,split=0:2500000"
+
+
+def test_the_tensor_parallel_scratch_race_is_forced_in_every_graph(tmp_path):
+    # meta-allreduce on two virtual devices without latency: VDEV1's ADD reading its allreduce
+    # scratch against the next subgraph's copy into it, latent in nearly every run (measured 0 of 10
+    # corrupt on b10531). --every-graph delays VDEV1's compute of that split in every graph.
+    exe = str(programs.program("b10531", "ggml-trace-scenarios"))
+    env = dict(os.environ, GGML_TRACE_VIRTUAL_DEVICES="2", GGML_TRACE_VDEV_LATENCY_US="0")
+    for i in range(10):
+        trace = tmp_path / f"tp-{i}.ggmltrace"
+        r = record([exe, "meta-allreduce", "--seed", "0", "--devices", "2"], programs.hooks("b10531"), trace,
+                   env=env, stdout=subprocess.DEVNULL)
+        assert r.returncode == 0 and r.traces, r
+        found = analysis.races(analysis.load(trace)).to_json()["races"]
+        if len(found) == 1 and found[0]["verdict"] == "latent":
+            break
+    (race,) = found
+    assert race["verdict"] == "latent", "10 runs without latency and the race was never latent"
+    assert race["class"] == "write-after-read" and race["a"]["tensor"] == "allreduce.tmp[0]@VDEV1"
+    rc, j = force_json(trace, tmp_path / "forced", "--every-graph")
+    assert rc == 1 and j["verdict"] == "diverged", j["message"]
+    assert j["rule"].startswith("VDEV1:graph_compute,split=") and "graph=" not in j["rule"]
+    assert j["manifested_runs"] == RUNS and j["diverged_from_expected"] == RUNS
+    forced = [d for d in j["details"] if d["name"].startswith("forced-")]
+    assert all(d["delays"] >= 1 and d["race"]["manifested"] for d in forced), forced

@@ -148,7 +148,7 @@ def cmd_force(args) -> int:
     try:
         r = force(args.file, race=args.race, runs=args.runs, slack_us=args.slack_us,
                   baseline_runs=args.baseline_runs, expect_output=args.expect_output, out_dir=args.out,
-                  hooks=args.hooks, log=log)
+                  hooks=args.hooks, every_graph=args.every_graph, log=log)
     except (ForceError, TraceFormatError, OSError) as e:
         print(f"ggml-trace force: {e}", file=sys.stderr)
         return 2
@@ -243,6 +243,8 @@ def main(argv=None) -> int:
     p.add_argument("--expect-output", metavar="FILE", help="the program's correct stdout, to compare with")
     p.add_argument("--out", help="directory for the runs' traces and outputs (default: a new temporary one, kept)")
     p.add_argument("--hooks", help="hook library (default: the one built for the program's ggml)")
+    p.add_argument("--every-graph", action="store_true",
+                   help="delay the earlier operation in every graph, not only in the first occurrence's")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_force)
 

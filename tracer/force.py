@@ -116,15 +116,16 @@ def _glob_literal(name: str) -> str:
     return "".join("?" if c in ",:;" else c for c in out)
 
 
-def delay_rule(race: dict, us: float) -> str:
-    """The delay rule (docs/delay.md) selecting the race's earlier operation on its backend."""
+def delay_rule(race: dict, us: float, every_graph: bool = False) -> str:
+    """The delay rule (docs/delay.md) selecting the race's earlier operation on its backend: in
+    the graph of the race's first occurrence, or in every graph (`every_graph`)."""
     a = race["a"]
     if a["kind"] not in delay_spec.KINDS:
         raise ForceError(f"the earlier operation is a {a['kind']} call, which delay rules cannot "
                          f"select ({', '.join(delay_spec.KINDS)})")
     if not a["backend"]:
         raise ForceError("the earlier operation has no backend to delay")
-    keys = [f"graph={a['graph']}" if a["graph"] is not None else None,
+    keys = [f"graph={a['graph']}" if a["graph"] is not None and not every_graph else None,
             f"split={a['split']}" if a["split"] is not None else None,
             # a split has one compute on a backend but may have several input copies
             f"tensor={_glob_literal(a['tensor'])}" if a["kind"] != "graph_compute" and a["tensor"]
@@ -225,9 +226,12 @@ def _output(run_dir: Path, name: str, returncode: int) -> bytes:
 
 def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: float | None = None,
           baseline_runs: int = BASELINE_RUNS, expect_output=None, out_dir=None, hooks=None,
-          log=lambda line: None) -> ForceResult:
-    """Forces one race of the trace at `path` (see the module docstring). `log` receives a line
-    per step. Raises ForceError, TraceFormatError or OSError."""
+          every_graph: bool = False, log=lambda line: None) -> ForceResult:
+    """Forces one race of the trace at `path` (see the module docstring). `every_graph`: delay
+    the earlier operation in every graph, for a race that recurs each graph and whose first
+    occurrence's graph does not reach the output (a warm-up); a run then counts as manifested
+    when any occurrence did. `log` receives a line per step. Raises ForceError,
+    TraceFormatError or OSError."""
     # Imported here: `ggml-trace record` need not wait for pandas.
     from analysis import load, races
     from analysis import race_match
@@ -249,7 +253,7 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     if _peer_copy(target["a"], original):
         reason += ("; note: a copy from another async backend runs on its source's queue, and the "
                    "delay stalls the destination's (the trace's backend), so it may not move the copy")
-    rule = delay_rule(target, us)
+    rule = delay_rule(target, us, every_graph)
 
     run_dir = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="ggml-trace-force-"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -285,7 +289,8 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
             mine = t.delays[t.delays["rule"] == len(rec.rules)]
             run.delays = len(mine)
             run.delay_where = sorted(set(mine["where"].astype(str)))
-        run.race = race_match.recurrence(target, t, report, target["a"]["graph"]).to_json()
+        graph = None if every_graph else target["a"]["graph"]
+        run.race = race_match.recurrence(target, t, report, graph).to_json()
         return run
 
     baselines = [one(f"baseline-{i}", False) for i in range(baseline_runs)]
