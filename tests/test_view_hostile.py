@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 import analysis
-from test_views import HOSTILE, RENDERED, browser, expected_intervals, hostile_trace, needs_browser  # noqa: F401
+from test_views import (  # noqa: F401
+    HOSTILE, RENDERED, browser, expected_intervals, hostile_trace, needs_browser, perfetto_rows,
+)
 
 INJECTED = ("document.querySelectorAll('img, iframe, object, embed, svg[onload], [onerror], "
             "[onload], [onmouseover]').length")
@@ -41,19 +43,14 @@ def test_view_perfetto_ui_with_hostile_names(browser, tmp_path):  # noqa: F811
         url = line[line.index("http://"):].split()[0]
         page = browser.open(url, "window.app && window.app.trace && window.app.trace.engine",
                             timeout=120)
-        q = ("window.app.trace.engine.query(%r).then(r => { const it = r.iter({}); "
-             "const out = []; for (; it.valid(); it.next()) out.push(String(it.get(%r))); "
-             "return out; })")
-        n = page.eval(q % ("select count(*) as n from slice", "n"), await_promise=True)
+        n = perfetto_rows(page, "select count(*) as n from slice", "n")
         assert n == [str(expected_intervals(t))]
-        threads = page.eval(q % ("select name from thread where name is not null", "name"),
-                            await_promise=True)
+        threads = perfetto_rows(page, "select name from thread where name is not null", "name")
         assert any(HOSTILE[3] in x for x in threads)  # the thread's name, literally
         assert "VDEV" + HOSTILE[1] + " execution" in threads
-        procs = page.eval(q % ("select name from process where name is not null", "name"),
-                          await_promise=True)
+        procs = perfetto_rows(page, "select name from process where name is not null", "name")
         assert any(HOSTILE[3] in p for p in procs)  # the exe name in the process' name
-        names = page.eval(q % ("select distinct name from slice", "name"), await_promise=True)
+        names = perfetto_rows(page, "select distinct name from slice", "name")
         assert HOSTILE[1] + " · 512 B" in names  # a copy's tensor, literally
         time.sleep(1)
         assert page.eval("window.__pwned === undefined")

@@ -212,6 +212,14 @@ class Page:
         self.b.send("Target.closeTarget", {"targetId": self.target})
 
 
+def perfetto_rows(page, sql: str, column: str) -> list:
+    """One column of a trace processor query run by the Perfetto UI in `page`, as strings."""
+    q = ("window.app.trace.engine.query(%r).then(r => { const it = r.iter({}); "
+         "const out = []; for (; it.valid(); it.next()) out.push(String(it.get(%r))); "
+         "return out; })")
+    return page.eval(q % (sql, column), await_promise=True)
+
+
 @pytest.fixture(scope="module")
 def browser():
     if CHROMIUM is None:
@@ -755,19 +763,15 @@ def test_view_serves_perfetto_ui_offline(browser, tmp_path):
         assert doc["traceEvents"]
         page = browser.open(url, "window.app && window.app.trace && window.app.trace.engine",
                             timeout=120)
-        q = ("window.app.trace.engine.query(%r).then(r => { const it = r.iter({}); "
-             "const out = []; for (; it.valid(); it.next()) out.push(String(it.get(%r))); "
-             "return out; })")
-        n = page.eval(q % ("select count(*) as n from slice", "n"), await_promise=True)
+        n = perfetto_rows(page, "select count(*) as n from slice", "n")
         assert n == [str(expected_intervals(t))]
-        flows = page.eval(q % ("select count(*) as n from flow", "n"), await_promise=True)
+        flows = perfetto_rows(page, "select count(*) as n from flow", "n")
         assert int(flows[0]) >= 4
         stats = ("select name || '=' || value as s from stats "
                  "where severity in ('error', 'data_loss') and value > 0")
-        errors = page.eval(q % (stats, "s"), await_promise=True)
+        errors = perfetto_rows(page, stats, "s")
         assert errors == []
-        threads = page.eval(q % ("select name from thread where name is not null", "name"),
-                            await_promise=True)
+        threads = perfetto_rows(page, "select name from thread where name is not null", "name")
         assert "VDEV0 execution" in threads
         time.sleep(1)
         assert "unrecoverable" not in page.eval("document.body.innerText")
