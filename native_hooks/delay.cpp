@@ -89,25 +89,6 @@ void write_delay(const CallRec & target, uint32_t index, const DelayHit & h, uin
     commit_record(r, REC_CALL);
 }
 
-// When a queue or stream ran the delay (obj: the delay's call_id), like a virtual device's work.
-void write_device_exec(const CallContext & delay, uint32_t index, uint64_t t0, uint64_t t1) {
-    CallRec * r = (CallRec *) reserve_record();
-    if (!r) return;
-    r->kind = K_DEVICE_EXEC;
-    r->sched = 0xff;
-    r->flags = SRC_DEVICE << DEVICE_SOURCE_SHIFT;
-    r->thread = thread_index();
-    r->t_begin = t0;
-    r->t_end = t1;
-    r->call_id = next_call_id();
-    r->backend = index;
-    r->backend2 = NONE32;
-    r->graph = delay.graph;
-    r->split = delay.split;
-    r->obj = delay.call_id;
-    commit_record(r, REC_CALL);
-}
-
 // ---------------------------------------------------------------- CUDA streams
 
 // The CUDA runtime the program already loaded (the hooks do not link CUDA). Handles are pointers
@@ -179,7 +160,8 @@ void on_stream(void * arg) {
     StreamDelay * d = (StreamDelay *) arg;
     uint64_t t0 = now_ticks();
     delay_sleep_ns(d->ns);
-    write_device_exec(d->delay, d->index, t0, now_ticks());
+    // when the queue or stream ran the delay (obj: the delay's call_id), like a virtual device's work
+    write_device_exec(SRC_DEVICE, 0, d->index, d->delay.graph, d->delay.split, d->delay.call_id, t0, now_ticks());
     delete d;
 }
 

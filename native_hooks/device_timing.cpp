@@ -142,21 +142,10 @@ void poll_markers(Markers * k) {
             break;
         }
         op.hi = now_ticks();  // read as set before now: it had passed by now
-        CallRec * r = op.call_id ? (CallRec *) reserve_record() : nullptr;  // 0: a declined copy
-        if (r) {
-            r->kind = K_DEVICE_EXEC;
-            r->sched = 0xff;
-            r->flags = (uint8_t) (SRC_MARKERS << DEVICE_SOURCE_SHIFT);
-            r->thread = thread_index();
-            r->t_begin = std::max(op.lo, op.t_enqueue);
-            r->t_end = std::max(r->t_begin, op.hi);
-            r->call_id = next_call_id();
-            r->backend = k->backend_index;
-            r->backend2 = NONE32;
-            r->graph = op.graph;
-            r->split = op.split;
-            r->obj = op.call_id;
-            commit_record(r, REC_CALL);
+        if (op.call_id) {  // 0: a declined copy
+            uint64_t begin = std::max(op.lo, op.t_enqueue);
+            write_device_exec(SRC_MARKERS, 0, k->backend_index, op.graph, op.split, op.call_id, begin,
+                              std::max(begin, op.hi));
         }
     }
 }
@@ -261,23 +250,7 @@ void make_pool(Watcher * w) {
 }
 
 void emit(Watcher * w, const Pending & p, uint64_t t0, uint64_t t1, uint8_t flags) {
-    CallRec * r = (CallRec *) reserve_record();
-    if (!r) {
-        return;
-    }
-    r->kind = K_DEVICE_EXEC;
-    r->sched = 0xff;
-    r->flags = (uint8_t) ((SRC_EVENTS << DEVICE_SOURCE_SHIFT) | flags);
-    r->thread = thread_index();
-    r->t_begin = t0;
-    r->t_end = std::max(t0, t1);
-    r->call_id = next_call_id();
-    r->backend = w->backend_index;
-    r->backend2 = NONE32;
-    r->graph = p.graph;
-    r->split = p.split;
-    r->obj = p.call_id;
-    commit_record(r, REC_CALL);
+    write_device_exec(SRC_EVENTS, flags, w->backend_index, p.graph, p.split, p.call_id, t0, std::max(t0, t1));
 }
 
 void watch(Watcher * w) {

@@ -316,6 +316,28 @@ uint64_t next_call_id() {
     return ((uint64_t) thread << 40) | ++t_state.calls;
 }
 
+void write_device_exec(uint8_t source, uint8_t flags, uint32_t backend, uint32_t graph, int32_t split, uint64_t obj,
+                       uint64_t t_begin, uint64_t t_end, uint64_t arg) {
+    CallRec * r = (CallRec *) reserve_record();
+    if (!r) {
+        return;
+    }
+    r->kind = K_DEVICE_EXEC;
+    r->sched = 0xff;
+    r->flags = (uint8_t) ((source << DEVICE_SOURCE_SHIFT) | flags);
+    r->thread = thread_index();
+    r->t_begin = t_begin;
+    r->t_end = t_end;
+    r->call_id = next_call_id();
+    r->backend = backend;
+    r->backend2 = NONE32;
+    r->graph = graph;
+    r->split = split;
+    r->obj = obj;
+    r->arg = arg;
+    commit_record(r, REC_CALL);
+}
+
 void * reserve_record() {
     ThreadState & ts = t_state;
     if (ts.thread == NONE32) {

@@ -53,6 +53,12 @@ void * reserve_record();
 // Publishes a filled record: stores its type byte last, with release order.
 void commit_record(void * rec, uint8_t type);
 
+// A K_DEVICE_EXEC record, for every observer of device-side work: what call `obj` enqueued (in
+// scheduler graph/split) ran on backend `backend` from t_begin to t_end, as `source` (DeviceSource)
+// saw it; `flags`: DEVICE_START_ESTIMATED, DEVICE_END_LATE. Nothing is written once tracing stopped.
+void write_device_exec(uint8_t source, uint8_t flags, uint32_t backend, uint32_t graph, int32_t split, uint64_t obj,
+                       uint64_t t_begin, uint64_t t_end, uint64_t arg = 0);
+
 // Interns a string and returns its id (64-bit FNV-1a of the bytes; 0 for null or empty).
 uint64_t intern(const char * s, size_t len);
 uint64_t intern(const char * s);

@@ -159,23 +159,8 @@ void record_exec(Stream * s, const Op * op, uint64_t t0, uint64_t t1) {
     if (!op->call.call_id || !writer_is_open()) {
         return;
     }
-    CallRec * r = (CallRec *) reserve_record();
-    if (!r) {
-        return;
-    }
-    r->kind = K_DEVICE_EXEC;
-    r->sched = 0xff;
-    r->thread = thread_index();
-    r->t_begin = t0;
-    r->t_end = t1;
-    r->call_id = next_call_id();
-    r->backend = e ? e->index : NONE32;
-    r->backend2 = NONE32;
-    r->graph = op->call.graph;
-    r->split = op->call.split;
-    r->obj = op->call.call_id;
-    r->arg = op->kind == Op::COPY ? op->size : op->nodes.size();
-    commit_record(r, REC_CALL);
+    write_device_exec(SRC_DEVICE, 0, e ? e->index : NONE32, op->call.graph, op->call.split, op->call.call_id, t0, t1,
+                      op->kind == Op::COPY ? op->size : op->nodes.size());
 }
 
 void worker_main(Stream * s) {
