@@ -13,6 +13,7 @@ import pytest
 import analysis
 from test_views import (  # noqa: F401
     HOSTILE, RENDERED, browser, expected_intervals, hostile_trace, needs_browser, perfetto_rows,
+    zoom_timeline,
 )
 
 INJECTED = ("document.querySelectorAll('img, iframe, object, embed, svg[onload], [onerror], "
@@ -71,10 +72,7 @@ def test_view_html_with_hostile_names(browser, tmp_path):  # noqa: F811
     html = Path(line.split("ggml-trace: ", 1)[1].strip())
     assert html.exists() and html.stat().st_size > 0
     page = browser.open(html.as_uri(), RENDERED)
-    page.eval("""(() => { const gd = document.querySelector('.js-plotly-plot');
-      const r = gd._fullLayout.xaxis.range, m = (r[0] + r[1]) / 2, w = (r[1] - r[0]) / 4;
-      return Plotly.relayout(gd, {'xaxis.range': [m - w, m + w]}).then(() => 1); })()""",
-              await_promise=True)  # and the script's redraw
+    zoom_timeline(page, 1 / 2)  # and the script's redraw
     time.sleep(0.5)
     assert page.eval("window.__pwned === undefined")
     assert page.eval(INJECTED) == 0

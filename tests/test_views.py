@@ -212,6 +212,15 @@ class Page:
         self.b.send("Target.closeTarget", {"targetId": self.target})
 
 
+def zoom_timeline(page, fraction: float) -> None:
+    """Zooms the timeline in `page` to `fraction` of its x range, around the middle (the page's
+    script then redraws from its embedded store)."""
+    page.eval("""(() => { const gd = document.querySelector('.js-plotly-plot');
+      const r = gd._fullLayout.xaxis.range, m = (r[0] + r[1]) / 2, w = (r[1] - r[0]) * %r / 2;
+      return Plotly.relayout(gd, {'xaxis.range': [m - w, m + w]}).then(() => 1); })()""" % fraction,
+              await_promise=True)
+
+
 def perfetto_rows(page, sql: str, column: str) -> list:
     """One column of a trace processor query run by the Perfetto UI in `page`, as strings."""
     q = ("window.app.trace.engine.query(%r).then(r => { const it = r.iter({}); "
@@ -404,10 +413,7 @@ def test_timeline_of_a_real_trace_in_chromium(browser, tmp_path, which, path, ro
     assert "graph_compute" in hover and "split" in hover and "µs" in hover
     page.screenshot(IMG / f"timeline-{which}.png", full_page=False)
     # zoom into 1/50 of the view: the script redraws from the embedded store
-    page.eval("""(() => { const gd = document.querySelector('.js-plotly-plot');
-      const r = gd._fullLayout.xaxis.range, m = (r[0] + r[1]) / 2, w = (r[1] - r[0]) / 100;
-      return Plotly.relayout(gd, {'xaxis.range': [m - w, m + w]}).then(() => 1); })()""",
-              await_promise=True)
+    zoom_timeline(page, 1 / 50)
     page.wait("document.querySelector('.js-plotly-plot').dataset.exactInView !== undefined")
     z = page.eval(FIGURE_STATE)
     assert z["intervals"] == n and z["drawn"] < n
@@ -578,10 +584,7 @@ def test_hostile_names_are_shown_not_run(browser, tmp_path):
         r = ggml_trace(cmd, t_path, "-o", out)
         assert r.returncode == 0, r.stderr
         page = browser.open(out.as_uri(), RENDERED)
-        page.eval("""(() => { const gd = document.querySelector('.js-plotly-plot');
-          const r = gd._fullLayout.xaxis.range, m = (r[0] + r[1]) / 2, w = (r[1] - r[0]) / 4;
-          return Plotly.relayout(gd, {'xaxis.range': [m - w, m + w]}).then(() => 1); })()""",
-                  await_promise=True)  # and the script's redraw
+        zoom_timeline(page, 1 / 2)  # and the script's redraw
         time.sleep(0.5)
         assert page.eval("window.__pwned === undefined")
         assert page.eval("document.querySelectorAll('img, iframe, object, embed, svg[onload],"
