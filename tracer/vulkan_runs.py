@@ -26,12 +26,19 @@ def completion_args(model, n_predict, extra):
             *extra]
 
 
+def build_env(bin_dir: Path, **extra) -> dict:
+    """The environment for the build's programs: its bin directory first on the library path, so that
+    a build moved from where it was built (its RUNPATH) still loads its own ggml."""
+    path = os.pathsep.join(p for p in (str(bin_dir.resolve()), os.environ.get("LD_LIBRARY_PATH")) if p)
+    return dict(os.environ, LD_LIBRARY_PATH=path, **extra)
+
+
 def reference(bin_dir: Path, model, n_predict: int, tries: int = 5) -> bytes:
     """The output with every device disabled (`-dev none`: CPU only)."""
     exe = str(bin_dir / "llama-completion")
     for _ in range(tries):
         r = subprocess.run([exe, *completion_args(model, n_predict, ["-dev", "none"])], capture_output=True,
-                           timeout=300)
+                           timeout=300, env=build_env(bin_dir))
         if r.returncode != 0:
             raise RuntimeError(f"the CPU reference run failed ({r.returncode}): {r.stderr[-2000:]!r}")
         if FINAL_LINE.encode() in r.stderr:
@@ -56,7 +63,7 @@ def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True
     (out_dir / "reference.txt").write_bytes(ref)
     exe = str(bin_dir / "llama-completion")
     cli = [sys.executable, "-m", "tracer.cli", "record"]
-    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES=visible_devices)
+    env = build_env(bin_dir, GGML_VK_VISIBLE_DEVICES=visible_devices)
     rows, attempts = [], 0
     while len(rows) < runs and attempts < 2 * runs:
         i, attempts = attempts, attempts + 1
