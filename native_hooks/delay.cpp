@@ -295,14 +295,14 @@ void delay_start() {
 }
 
 void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig,
-                  ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b) {
+                  ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b, ggml_backend_t named) {
     std::call_once(g_ops_once, resolve_ops);
     bool stream = stream_ready(backend, index, orig);
     DelayQuery q;
     q.kind = call.kind;
     q.graph = call.graph;
     q.split = call.split;
-    q.backend_name = g_api.backend_name(backend);
+    q.backend_name = g_api.backend_name(named ? named : backend);
     q.op_first = q.op_last = -1;
     q.has_tensor = nullptr;
     q.ctx = nullptr;

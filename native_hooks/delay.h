@@ -21,8 +21,11 @@ void delay_start();
 // Before the operation of `call` (kind, graph, split and call_id filled in) is enqueued on
 // `backend` (trace index `index`, original vtable `orig`): injects what the rules select.
 // `graph` for computes; `a`, `b` the tensors of copies (either may be null). A host delay moves
-// call.t_begin past its sleep, so the call's interval stays the call's own.
+// call.t_begin past its sleep, so the call's interval stays the call's own. Rules match the name of
+// `named` when given (a peer copy: the destination, whose call it is in the trace, while the copy
+// runs on the source's queue), else of `backend`.
 void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig,
-                  ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b);
+                  ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b,
+                  ggml_backend_t named = nullptr);
 
 }  // namespace ggml_trace

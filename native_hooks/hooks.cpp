@@ -529,21 +529,32 @@ enum ggml_status hook_graph_compute(ggml_backend_t backend, ggml_cgraph * graph)
     return st;
 }
 
+// The backend queues work asynchronously (the race model's "async backend").
+static bool has_async(const ggml_backend_i & f) {
+    return f.cpy_tensor_async || f.set_tensor_async || f.get_tensor_async;
+}
+
 bool hook_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backend, const ggml_tensor * src, ggml_tensor * dst) {
     BackendEntry & e = entry_of(dst_backend);
     if (!capturing()) {
         return e.orig.cpy_tensor_async(src_backend, dst_backend, src, dst);
     }
     CallScope c(K_CPY_TENSOR_ASYNC);
-    if (delay_on()) delay_before(c.r, dst_backend, e.index, e.orig, nullptr, src, dst);
-    TimedOp timed = device_timing_begin(dst_backend, e.index, e.orig);
+    // A copy from another asynchronous backend runs on the source's queue (CUDA issues the peer copy
+    // on the source stream and makes the destination wait after it): time and delay it there, as the
+    // race model orders it (docs/trace-format.md, device_exec).
+    BackendEntry * se = find_backend(src_backend);
+    bool on_src = se && se != &e && has_async(se->orig);
+    ggml_backend_t qb = on_src ? src_backend : dst_backend;
+    BackendEntry & qe = on_src ? *se : e;
+    if (delay_on()) delay_before(c.r, qb, qe.index, qe.orig, nullptr, src, dst, dst_backend);
+    TimedOp timed = device_timing_begin(qb, qe.index, qe.orig);
     bool ok = e.orig.cpy_tensor_async(src_backend, dst_backend, src, dst);
     if (ok) {
-        device_timing_end(timed, dst_backend, c.r);
+        device_timing_end(timed, qb, c.r);
     } else {
         device_timing_cancel(timed);
     }
-    BackendEntry * se = find_backend(src_backend);
     c.r.backend = e.index;
     c.r.backend2 = se ? se->index : NONE32;
     c.r.obj = (uint64_t) (uintptr_t) dst;
@@ -753,7 +764,7 @@ void write_backend_record(BackendEntry & e, ggml_backend_t backend) {
         r.device_type = (uint8_t) g_api.dev_type(dev);
         r.has_events = dev->iface.event_new != nullptr;
     }
-    r.has_async = e.orig.cpy_tensor_async || e.orig.set_tensor_async || e.orig.get_tensor_async;
+    r.has_async = has_async(e.orig);
     r.t = now_ticks();
     BackendRec * out = (BackendRec *) reserve_record();
     if (out) {

@@ -1,0 +1,31 @@
+"""Traces from NVIDIA's Vulkan driver on an H200 (bench/gpu/vulkan_h200.sh, tiny qwen35, -ngl 99 -nkvo,
+--device-timing): b10524 corrupt in 20 of 20 runs, b10531 clean in 20 of 20
+(bench/gpu/results-h200-2026-11-30/). One run of each is kept here."""
+from pathlib import Path
+
+import analysis
+
+DATA = Path(__file__).parent / "data"
+
+
+def _races(name):
+    return analysis.races(analysis.load(str(DATA / name))).to_json()["races"]
+
+
+def test_h200_vulkan_before_the_fix_the_input_embed_copy_manifested():
+    races = [r for r in _races("vulkan-nvidia-b10524-h200.ggmltrace")
+             if "model.input_embed" in (r["a"]["tensor"], r["b"]["tensor"])]
+    assert races, "the #23321 pair is missing"
+    assert races[0]["verdict"] == "manifested"
+    assert races[0]["basis"] != "host"
+    assert {races[0]["a"]["backend"], races[0]["b"]["backend"]} == {"CPU", "Vulkan0"}
+
+
+def test_h200_vulkan_after_the_fix_no_race():
+    assert _races("vulkan-nvidia-b10531-h200.ggmltrace") == []
+
+
+def test_h200_vulkan_trace_names_the_nvidia_device():
+    t = analysis.load(str(DATA / "vulkan-nvidia-b10524-h200.ggmltrace"))
+    names = " ".join(str(v) for v in t.backends.to_numpy().ravel())
+    assert "H200" in names
