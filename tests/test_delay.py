@@ -130,7 +130,7 @@ def test_a_copy_is_selected_by_its_tensor_names_on_the_queue_that_runs_it(tmp_pa
     assert len(d) == 1 and d["where"].iloc[0] == "queue" and d["backend"].iloc[0] == "VDEV0"
     copy = t.copies.set_index("call_id").loc[d["target_call_id"].iloc[0]]
     assert copy["src_tensor"] == "c" and copy["kind"] == "cpy_tensor_async"
-    assert delay_stalls(t)["stall_ns"].iloc[0] >= 5 * MS
+    assert delay_stalls(t)["stall_ns"].iloc[0] >= 0.99 * 5 * MS  # clock granularity: a few hundred ns
 
 
 BAD = {
