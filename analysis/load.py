@@ -416,6 +416,9 @@ class _Loader:
             "obj": self.c_obj,
             "arg": self.c_arg,
             "failed": (r["flags"] & 1) != 0,
+            # bit1 of a copy or a backend allreduce: the backend declined it (ggml falls back)
+            "declined": ((r["flags"] & 2) != 0) & np.isin(self.c_kind, [KIND_IDS["cpy_tensor_async"],
+                                                                       KIND_IDS["comm_allreduce"]]),
             **self.nesting(r["flags"]),
         })
 
@@ -854,6 +857,8 @@ def backend_labels(backends: pd.DataFrame) -> list[str]:
 
 
 def summarize(trace: Trace) -> dict:
+    from .allreduce import allreduce_paths
+
     """Per-backend counts: splits run, copies/bytes into it, syncs, events, busy time.
     Backends sharing a name (one per scheduler, say) are counted together, under the first."""
     calls, splits, copies, sync = trace.calls, trace.splits, trace.copies, trace.sync
@@ -886,4 +891,5 @@ def summarize(trace: Trace) -> dict:
             "event_waits": int(waits.get(n, 0)),
             "busy_ns": int(busy.get(n, 0)),
         } for n in names],
+        "allreduce": allreduce_paths(trace),
     }

@@ -37,7 +37,8 @@ MODES = ["read", "write"]
 
 # Calls that only enqueue work when issued to an async backend (a queue position each).
 ENQUEUE_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
-                 "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait"]
+                 "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait",
+                 "comm_allreduce"]
 COPY_KINDS = ["cpy_tensor_async", "set_tensor_async", "get_tensor_async", "set_tensor_2d_async",
               "get_tensor_2d_async", "buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d",
               "buf_get_tensor_2d", "buf_cpy_tensor"]
@@ -269,7 +270,7 @@ class _Analysis:
         has_acc[self.a_ord_all] = True  # -1 lands on the extra slot
         has_acc = has_acc[:n]
         on_async = is_async[self.c_backend]
-        declined = kind_is(["cpy_tensor_async"]) & ~has_acc
+        declined = kind_is(["cpy_tensor_async", "comm_allreduce"]) & ~has_acc
         enq = kind_is(ENQUEUE_KINDS) & on_async & ~declined
         self.c_enq = enq
 
@@ -354,6 +355,20 @@ class _Analysis:
         edges.append((last_record(w), self.work_ev[w]))  # a queue position on an async C
         es = np.flatnonzero(kind_is(["event_synchronize"]))
         edges.append((last_record(es), self.host_ev[es]))
+        # (8) A backend's own allreduce is a barrier (NCCL, CUDA's internal pipeline: each device's
+        # part waits for every peer's arrival): each device's part runs after the work enqueued
+        # before the call on every other device of the call (same arg: the call's sequence number).
+        cm = np.flatnonzero(kind_is(["comm_allreduce"]) & enq)
+        seq = c["arg"].to_numpy(np.uint64)[cm]
+        order = np.argsort(seq, kind="stable")
+        s_seq = seq[order]
+        lo = np.searchsorted(s_seq, s_seq, side="left")
+        cnt = np.searchsorted(s_seq, s_seq, side="right") - lo
+        member = np.repeat(np.arange(len(cm)), cnt)  # every (member, member of its call) pair
+        peer = np.repeat(lo, cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        a_, b_ = cm[order[member]], cm[order[peer]]
+        a_, b_ = a_[a_ != b_], b_[a_ != b_]
+        edges.append((last_queue_op(self.queue_of_backend[self.c_qbackend[a_]], a_), queue_ev[b_]))
         self.edges = [(a[(a >= 0) & (b >= 0)], b[(a >= 0) & (b >= 0)]) for a, b in edges]
 
     # ---------------------------------------------------------------------------------------
@@ -754,6 +769,8 @@ def describe_op(s: dict) -> str:
         where = f" (in split {split})" if split is not None else ""
         if role == "copy" and s.get("queue_backend") not in (None, be):
             return f"{s['queue_backend']}->{be} allreduce copy{where}"
+        if kind == "comm_allreduce":
+            return f"{be} comm_allreduce{where}"
         return f"{be} allreduce {role}{where}" if role in ("zero", "reduce") else \
             f"{be} {kind} ({role}){where}"
     if kind == "graph_compute":

@@ -46,7 +46,7 @@ CALL_KINDS: dict[int, str] = {
     5: "sched_reserve", 6: "sched_synchronize", 7: "sched_reset",
     16: "graph_compute", 17: "cpy_tensor_async", 18: "set_tensor_async",
     19: "get_tensor_async", 20: "set_tensor_2d_async", 21: "get_tensor_2d_async",
-    22: "synchronize", 23: "event_record", 24: "event_wait",
+    22: "synchronize", 23: "event_record", 24: "event_wait", 25: "comm_allreduce",
     32: "event_new", 33: "event_free", 34: "event_synchronize",
     48: "buf_set_tensor", 49: "buf_get_tensor", 50: "buf_set_tensor_2d",
     51: "buf_get_tensor_2d", 52: "buf_cpy_tensor", 53: "buf_memset_tensor", 54: "buf_clear",

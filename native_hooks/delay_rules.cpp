@@ -27,7 +27,7 @@ const KindName KINDS[] = {
     {"set_tensor_async", K_SET_TENSOR_ASYNC},   {"get_tensor_async", K_GET_TENSOR_ASYNC},
     {"set_tensor_2d_async", K_SET_TENSOR_2D_ASYNC}, {"get_tensor_2d_async", K_GET_TENSOR_2D_ASYNC},
     {"event_record", K_EVENT_RECORD},           {"event_wait", K_EVENT_WAIT},
-    {"synchronize", K_SYNCHRONIZE},
+    {"synchronize", K_SYNCHRONIZE},             {"comm_allreduce", K_COMM_ALLREDUCE},
 };
 
 // Parses "N" or "A-B" (non-negative integers) into lo/hi.
@@ -96,7 +96,7 @@ bool parse_rule(const char * text, DelayRule & r, char * err, size_t n) {
         r.kind = delay_kind_of(kind);
         if (r.kind < 0) {
             return fail(err, n, text, "unknown call kind (graph_compute, cpy_tensor_async, set_tensor_async, get_tensor_async, "
-                                      "set_tensor_2d_async, get_tensor_2d_async, event_record, event_wait, synchronize or *)");
+                                      "set_tensor_2d_async, get_tensor_2d_async, event_record, event_wait, synchronize, comm_allreduce or *)");
         }
     }
     for (char * kv = strtok_r(nullptr, ",", &save); kv; kv = strtok_r(nullptr, ",", &save)) {

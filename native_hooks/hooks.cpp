@@ -13,6 +13,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "comm.h"
 #include "cupti_mode.h"
 #include "delay.h"
 #include "device_timing.h"
@@ -108,6 +109,9 @@ struct CallScope {  // fills and commits one CALL record
     void commit() {
         r.t_end = now_ticks();
         id();
+        commit_call(r);
+    }
+    static void commit_call(CallRec & r) {
         r.thread = thread_index();
         meta_commit(r);  // a meta call's flag, or the NEST record of a call it made
         CallRec * out = (CallRec *) reserve_record();
@@ -567,6 +571,54 @@ bool hook_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backen
     c.commit();
     return ok;
 }
+
+}  // namespace
+
+// One call of a backend's own allreduce (comm.h): a record per device, each delayed and timed on
+// that device's queue. The kernels CUPTI sees during the call correlate to the first device's record.
+bool ggml_trace::traced_comm_allreduce(const CommGroup & g, ggml_tensor ** tensors) {
+    if (!capturing()) {
+        return g.allreduce(g.ctx, tensors);
+    }
+    static std::atomic<uint64_t> next_seq{0};
+    uint64_t seq = next_seq.fetch_add(1);
+    CallScope c(K_COMM_ALLREDUCE);
+    CallRec r[COMM_MAX_DEVICES];
+    BackendEntry * e[COMM_MAX_DEVICES];
+    TimedOp timed[COMM_MAX_DEVICES];
+    for (int i = 0; i < g.n; i++) {
+        r[i] = c.r;
+        r[i].call_id = i == 0 ? c.id() : next_call_id();
+        e[i] = find_backend(g.backends[i]);
+        r[i].backend = e[i] ? e[i]->index : NONE32;
+        r[i].obj = (uint64_t) (uintptr_t) g.ctx;
+        r[i].arg = seq;
+        if (!e[i]) continue;
+        if (delay_on()) delay_before(r[i], g.backends[i], e[i]->index, e[i]->orig, nullptr, tensors[i], nullptr);
+        timed[i] = device_timing_begin(g.backends[i], e[i]->index, e[i]->orig);
+    }
+    uint64_t t_begin = now_ticks();
+    bool ok = g.allreduce(g.ctx, tensors);
+    uint64_t t_end = now_ticks();
+    for (int i = 0; i < g.n; i++) {
+        if (ok && e[i]) {
+            device_timing_end(timed[i], g.backends[i], r[i]);
+        } else {
+            device_timing_cancel(timed[i]);
+        }
+        r[i].t_begin = t_begin;
+        r[i].t_end = t_end;
+        r[i].flags = ok ? 0 : 2;  // bit1: declined, the meta backend's butterfly follows
+        if (ok && tensors[i]) {
+            emit_tensor(REC_ACCESS, ACC_READ, r[i].call_id, tensors[i], 0, NONE32);
+            emit_tensor(REC_ACCESS, ACC_WRITE, r[i].call_id, tensors[i], 0, NONE32);
+        }
+        CallScope::commit_call(r[i]);
+    }
+    return ok;
+}
+
+namespace {
 
 void hook_set_tensor_async(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t offset, size_t size) {
     BackendEntry & e = entry_of(backend);
@@ -1213,6 +1265,9 @@ void ggml_backend_sched_reset(ggml_backend_sched_t sched) {
 // Backends made outside a scheduler (ggml-rpc-server's, for one) are traced from their creation.
 ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * params) {
     bool on = active();
+    if (on) {
+        comm_patch_registries();  // before a meta backend's communicator is made
+    }
     ggml_backend_t backend = g_api.dev_init(device, params);
     if (on && backend) {
         // a meta backend with its simple backends: its buffers are filled before any scheduler exists

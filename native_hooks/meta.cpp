@@ -249,6 +249,11 @@ void meta_commit(CallRec & r) {
             device = device_of(r.backend2);  // the source: its queue runs the copy
             if (device >= 0) subgraph = t_frame.main_count[device] - 1;
             break;
+        case K_COMM_ALLREDUCE:
+            role = ROLE_REDUCE;
+            device = device_of(r.backend);
+            if (device >= 0) subgraph = t_frame.main_count[device] - 1;
+            break;
         case K_SET_TENSOR_ASYNC: case K_GET_TENSOR_ASYNC: case K_SET_TENSOR_2D_ASYNC: case K_GET_TENSOR_2D_ASYNC:
         case K_BUF_SET_TENSOR: case K_BUF_GET_TENSOR: case K_BUF_SET_TENSOR_2D: case K_BUF_GET_TENSOR_2D:
             role = ROLE_IO;

@@ -62,6 +62,12 @@ enum CallKind : uint8_t {
     K_GRAPH_COMPUTE = 16,          // one split run on a backend
     K_CPY_TENSOR_ASYNC, K_SET_TENSOR_ASYNC, K_GET_TENSOR_ASYNC, K_SET_TENSOR_2D_ASYNC,
     K_GET_TENSOR_2D_ASYNC, K_SYNCHRONIZE, K_EVENT_RECORD, K_EVENT_WAIT,
+    // A backend's own allreduce (comm.h), one record per device of the communicator, all with the
+    // same t_begin/t_end (the one host call) and arg = the call's sequence number; obj = the
+    // communicator; backend = that device's backend. Accepted: the device's tensor is read and
+    // written in place (two accesses). flags bit1: declined (no accesses; the meta backend's
+    // butterfly follows).
+    K_COMM_ALLREDUCE,
     K_EVENT_NEW = 32, K_EVENT_FREE, K_EVENT_SYNCHRONIZE,
     K_BUF_SET_TENSOR = 48, K_BUF_GET_TENSOR, K_BUF_SET_TENSOR_2D, K_BUF_GET_TENSOR_2D,
     K_BUF_CPY_TENSOR, K_BUF_MEMSET_TENSOR, K_BUF_CLEAR, K_BUF_ALLOC, K_BUF_FREE,

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <memory>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -44,6 +45,7 @@ struct Knobs {
     double jitter_us = 0;
     uint64_t seed = 0;
     int threads = 1;
+    bool allreduce = false;  // offer ggml_backend_comm_* (GGML_TRACE_VDEV_ALLREDUCE=1)
 };
 Knobs g_knobs;
 
@@ -62,13 +64,25 @@ CpuApi g_cpu;
 
 struct Stream;
 
+// One allreduce call that the devices run together (see comm_allreduce below).
+struct AllReduce {
+    std::mutex m;
+    std::condition_variable cv;
+    int n = 0, arrived = 0;
+    bool summed = false;
+    int64_t ne = 0;
+    float * data[MAX_VDEVS] = {};
+    bool active[MAX_VDEVS] = {};
+    std::vector<float> sum;
+};
+
 struct Event {  // completes when its stream has finished the work enqueued before the record
     Stream * stream = nullptr;
     uint64_t seq = 0;
 };
 
 struct Op {
-    enum Kind { COMPUTE, COPY, WAIT, DELAY } kind;
+    enum Kind { COMPUTE, COPY, WAIT, DELAY, ALLREDUCE } kind;
     uint64_t seq = 0;
     // COMPUTE: private copies of the split's tensors (the scheduler may rebuild its graph before
     // the work runs, as with a real GPU that captured everything at launch)
@@ -83,6 +97,9 @@ struct Op {
     uint64_t wait_seq = 0;
     // DELAY: the queue stalls this long (an injected delay, see delay.cpp)
     uint64_t delay_ns = 0;
+    // ALLREDUCE: the shared call and this device's place in it
+    std::shared_ptr<AllReduce> allreduce;
+    int rank = 0;
     // trace linkage
     CallContext call;
 };
@@ -154,6 +171,27 @@ void run_compute(Stream * s, Op * op) {
     }
 }
 
+// Every device's part waits until all have arrived, so each device's later work runs after every
+// device's earlier work (a barrier, as CUDA's internal pipeline and NCCL are); the last to arrive
+// forms the sum, then each writes it into its own tensor. Inactive shards count as zeros.
+void run_allreduce(Op * op) {
+    AllReduce & a = *op->allreduce;
+    {
+        std::unique_lock<std::mutex> lock(a.m);
+        if (++a.arrived == a.n) {
+            a.sum.assign((size_t) a.ne, 0.0f);
+            for (int j = 0; j < a.n; j++) {
+                for (int64_t k = 0; a.active[j] && k < a.ne; k++) a.sum[k] += a.data[j][k];
+            }
+            a.summed = true;
+            a.cv.notify_all();
+        } else {
+            a.cv.wait(lock, [&] { return a.summed; });
+        }
+    }
+    memcpy(a.data[op->rank], a.sum.data(), (size_t) a.ne * sizeof(float));
+}
+
 void record_exec(Stream * s, const Op * op, uint64_t t0, uint64_t t1) {
     BackendEntry * e = s->backend ? find_backend(s->backend) : nullptr;
     if (!op->call.call_id || !writer_is_open()) {
@@ -186,6 +224,8 @@ void worker_main(Stream * s) {
         }
         if (op->kind == Op::WAIT) {
             wait_for(op->wait_stream, op->wait_seq);
+        } else if (op->kind == Op::ALLREDUCE) {
+            run_allreduce(op);
         } else if (op->kind == Op::DELAY) {
             uint64_t t0 = now_ticks();
             delay_sleep_ns(op->delay_ns);
@@ -427,6 +467,78 @@ ggml_backend_buffer_t buft_alloc(ggml_backend_buffer_type_t buft, size_t size) {
 size_t buft_alignment(ggml_backend_buffer_type_t) { return 64; }
 bool buft_is_host(ggml_backend_buffer_type_t) { return false; }  // the point: the scheduler must copy
 
+// ------------------------------------------------------------------ allreduce
+
+// GGML_TRACE_VDEV_ALLREDUCE=1: the registry offers ggml_backend_comm_* so that the meta backend
+// reduces with one call instead of its butterfly of copies and ADDs, like CUDA's internal pipeline.
+// F32 contiguous tensors only; anything else is declined (the meta backend falls back).
+struct Comm {
+    int n = 0;
+    Stream * streams[MAX_VDEVS] = {};
+};
+
+void * comm_init(ggml_backend_t * backends, size_t n) {
+    if (n < 2 || n > (size_t) MAX_VDEVS) return nullptr;
+    Comm * c = new Comm();
+    c->n = (int) n;
+    for (size_t i = 0; i < n; i++) {
+        if (backends[i]->iface.get_name != be_get_name) {
+            delete c;
+            return nullptr;
+        }
+        c->streams[i] = stream_of(backends[i]);
+    }
+    return c;
+}
+
+void comm_free(void * ctx) { delete (Comm *) ctx; }
+
+int64_t elements(const ggml_tensor * t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+
+bool contiguous_f32(const ggml_tensor * t) {
+    size_t stride = sizeof(float);
+    for (int d = 0; d < GGML_MAX_DIMS; d++) {
+        if (t->ne[d] > 1 && t->nb[d] != stride) return false;
+        stride *= (size_t) t->ne[d];
+    }
+    return t->type == GGML_TYPE_F32;
+}
+
+bool comm_allreduce(void * ctx, ggml_tensor ** tensors) {
+    Comm * c = (Comm *) ctx;
+    int64_t ne = tensors[0] ? elements(tensors[0]) : 0;
+    for (int i = 0; i < c->n; i++) {
+        const ggml_tensor * t = tensors[i];
+        if (!t || !contiguous_f32(t) || elements(t) != ne || !is_vdev_buffer(t->buffer)) {
+            return false;
+        }
+    }
+    auto a = std::make_shared<AllReduce>();
+    a->n = c->n;
+    a->ne = ne;
+    for (int i = 0; i < c->n; i++) {
+        a->data[i] = (float *) tensors[i]->data;
+        a->active[i] = (tensors[i]->flags & GGML_TENSOR_FLAG_COMPUTE) != 0;
+    }
+    for (int i = 0; i < c->n; i++) {
+        Op * op = new Op();
+        op->kind = Op::ALLREDUCE;
+        op->allreduce = a;
+        op->rank = i;
+        CallContext none;  // no device record of its own: the per-device host records are timed by events
+        enqueue(c->streams[i], op, &none);
+    }
+    return true;
+}
+
+void * reg_get_proc_address(ggml_backend_reg_t, const char * name) {
+    if (!g_knobs.allreduce) return nullptr;
+    if (strcmp(name, "ggml_backend_comm_init") == 0) return (void *) comm_init;
+    if (strcmp(name, "ggml_backend_comm_free") == 0) return (void *) comm_free;
+    if (strcmp(name, "ggml_backend_comm_allreduce_tensor") == 0) return (void *) comm_allreduce;
+    return nullptr;
+}
+
 // ------------------------------------------------------------------ device
 
 VDevice & vdev_of(ggml_backend_dev_t dev) { return *(VDevice *) dev->context; }
@@ -560,12 +672,14 @@ bool setup_virtual_devices() {
     g_knobs.jitter_us = env_num("GGML_TRACE_VDEV_JITTER_US", 0);
     g_knobs.seed = (uint64_t) env_num("GGML_TRACE_VDEV_SEED", 0);
     g_knobs.threads = (int) env_num("GGML_TRACE_VDEV_THREADS", 1);
+    g_knobs.allreduce = env_num("GGML_TRACE_VDEV_ALLREDUCE", 0) != 0;
 
     memset(&g_reg, 0, sizeof(g_reg));
     g_reg.api_version = GGML_BACKEND_API_VERSION;
     g_reg.iface.get_name = reg_get_name;
     g_reg.iface.get_device_count = reg_device_count;
     g_reg.iface.get_device = reg_get_device;
+    g_reg.iface.get_proc_address = reg_get_proc_address;
     for (int i = 0; i < n; i++) {
         VDevice & d = g_devices[i];
         d.index = i;

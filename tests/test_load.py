@@ -32,7 +32,7 @@ EXPECTED_DTYPES = {
     "calls": {"call_id": "uint64", "kind": "category", "thread": "int64", "t_begin": "int64",
               "t_end": "int64", "duration": "int64", "backend": "category",
               "backend2": "category", "sched": "Int64", "graph": "Int64", "split": "Int64",
-              "obj": "uint64", "arg": "uint64", "failed": "bool", "meta_parent": "bool",
+              "obj": "uint64", "arg": "uint64", "failed": "bool", "declined": "bool", "meta_parent": "bool",
               "parent": "uint64", "device_index": "Int64", "meta_subgraph": "Int64",
               "role": "category"},
     "splits": {"call_id": "uint64", "sched": "Int64", "graph": "Int64", "split": "Int64",
@@ -353,7 +353,7 @@ def test_empty_trace_has_typed_frames(tmp_path):
     for frame in EXPECTED_DTYPES:
         assert len(getattr(t, frame)) == 0
     check_dtypes(t)
-    assert t.meta == {} and t.summary() == {"graphs": 0, "backends": []}
+    assert t.meta == {} and t.summary() == {"graphs": 0, "backends": [], "allreduce": []}
     # header only, no chunk at all
     with open(p, "r+b") as f:
         f.truncate(HEADER_SIZE)

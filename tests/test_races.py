@@ -223,6 +223,42 @@ def test_a_declined_copy_queues_nothing(tmp_path):
     assert f["class"] == "read-after-write"
 
 
+def comm_allreduce(b: TraceBuilder, t: int, seq: int, declined: bool = False) -> None:
+    """One backend allreduce call over A and B (one record per device, same arg)."""
+    for be, off in ((A, 0x2000), (B, 0x3000)):
+        cid = b.call("comm_allreduce", t, t + 5 * US, backend=be, obj=0xC0, arg=seq,
+                     flags=2 if declined else 0)
+        if not declined:
+            b.access(cid, "read", DBUF, off, 64, tensor=f"attn_out@{be}")
+            b.access(cid, "write", DBUF, off, 64, tensor=f"attn_out@{be}")
+
+
+@pytest.mark.parametrize("declined", [False, True])
+def test_a_backend_allreduce_is_a_barrier(tmp_path, declined):
+    """Rule 8: after an accepted comm allreduce, B's work follows A's work enqueued before it
+    (each device's part waits for every peer); a declined one orders nothing."""
+    b = builder()
+    split(b, A, 0, 0, 0, [("read", DBUF, 0, 256, "t")])
+    comm_allreduce(b, 20 * US, 7, declined)
+    split(b, B, 30 * US, 0, 1, [("write", DBUF, 0, 256, "u")])
+    f = findings(analyse(tmp_path, b))
+    if declined:
+        assert [x["class"] for x in f] == ["read-after-reuse"]  # other tensor, same bytes
+    else:
+        assert f == []
+
+
+def test_a_backend_allreduce_orders_only_work_before_it(tmp_path):
+    """A's work enqueued after the call is not ordered before B's later work."""
+    b = builder()
+    comm_allreduce(b, 0, 1)
+    split(b, A, 20 * US, 0, 0, [("read", DBUF, 0, 256, "t")])
+    comm_allreduce(b, 40 * US, 2, declined=True)
+    split(b, B, 60 * US, 0, 1, [("write", DBUF, 0, 256, "u")])
+    (f,) = findings(analyse(tmp_path, b))
+    assert (f["a"]["backend"], f["b"]["backend"]) == ("VDEV0", "VDEV1")
+
+
 def test_write_after_write(tmp_path):
     b = builder()
     s = b.call("set_tensor_async", 0, 10, backend=A, obj=1, arg=256)

@@ -66,7 +66,7 @@ def test_meta_allreduce_rejects_bad_latencies():
 
 # ------------------------------------------------------------------------- end to end
 
-def run_completion(build, model, out=None, latency=None, *extra):
+def run_completion(build, model, out=None, latency=None, *extra, env=None, record_args=()):
     """llama-completion's text, traced on two virtual devices with these latencies when `out` is
     given. Its logger thread can lose output at exit (all of it, under load): a run counts only
     when its log ends with the final performance print, and is repeated otherwise."""
@@ -76,7 +76,7 @@ def run_completion(build, model, out=None, latency=None, *extra):
             r = subprocess.run(full, capture_output=True, text=True, errors="replace", timeout=300)
         else:
             r = ggml_trace("record", "--build", build, "-o", out, "--virtual-devices", "2", "--vdev-latency-us",
-                           latency, "--", *full, timeout=300)
+                           latency, *record_args, "--", *full, timeout=300, env=env)
             assert r.returncode == 0, r.stderr[-3000:]
         if FINAL_LINE in r.stderr:
             return r.stdout
@@ -103,6 +103,65 @@ def test_sm_tensor_end_to_end(build, slow, red, model, reference, tmp_path):
             assert f.iloc[0]["manifested"]
         else:
             assert not f.iloc[0]["manifested"] and f.iloc[0]["margin_us"] > 0
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_backend_allreduce_is_recorded_and_ordered(build, model, reference, tmp_path):
+    """Virtual devices that offer ggml_backend_comm_* (as CUDA does): the meta backend reduces with
+    one call per subgraph instead of its butterfly; the slowed second device no longer corrupts
+    the output, every call is recorded per device, and the barrier leaves no race."""
+    out = tmp_path / "comm.ggmltrace"
+    text = run_completion(build, model, out, latencies(2, 1), "-ngl", "99", "-sm", "tensor",
+                          env={**os.environ, "GGML_TRACE_VDEV_ALLREDUCE": "1"})
+    assert text == reference[build]
+    t = load(out)
+    (path,) = t.summary()["allreduce"]
+    assert (path["registry"], path["devices"], path["path"]) == ("VDEV", "VDEV0,VDEV1", "vdev")
+    assert path["accepted_calls"] > 0 and path["declined_calls"] == 0
+    c = t.calls
+    comm = c[c["kind"] == "comm_allreduce"]
+    assert len(comm) == 2 * path["accepted_calls"] and not comm["declined"].any()
+    assert (comm["role"] == "reduce").all() and set(comm["device_index"]) == {0, 1}
+    assert (comm["backend"].astype(str) == "VDEV" + comm["device_index"].astype(str)).all()
+    # each device's part reads and writes its own tensor in place
+    acc = t.accesses[t.accesses["call_id"].isin(comm["call_id"])]
+    assert len(acc) == 2 * len(comm)
+    per = acc.groupby("call_id")[["offset", "size"]].nunique()
+    assert (per == 1).all().all()
+    # the butterfly did not run: no reduce computes, no peer copies
+    gc = c[(c["kind"] == "graph_compute") & (c["parent"] > 0)]
+    assert not (gc["role"] == "reduce").any() and not (c["kind"] == "cpy_tensor_async").any()
+    assert len(races(t).findings) == 0
+
+
+def test_a_delayed_backend_allreduce_holds_every_device(model, reference, tmp_path):
+    """A delay before VDEV1's part of each allreduce: VDEV0's part cannot end before VDEV1's
+    delay has (the barrier), the output stays right and no race is reported."""
+    out = tmp_path / "comm-delay.ggmltrace"
+    text = run_completion("b10531", model, out, "0", "-ngl", "99", "-sm", "tensor",
+                          record_args=("--vdev-allreduce", "--device-timing", "--delay",
+                                       "VDEV1:comm_allreduce:2000"))
+    assert text == reference["b10531"]
+    t = load(out)
+    d = t.delays
+    assert len(d) > 0 and (d["target_kind"] == "comm_allreduce").all() and (d["backend"] == "VDEV1").all()
+    comm = t.calls[t.calls["kind"] == "comm_allreduce"][["call_id", "arg", "device_index"]]
+    part0 = t.device.merge(comm[comm["device_index"] == 0], on="call_id").set_index("arg")["t_end"]
+    delayed = d.merge(t.calls[["call_id", "arg"]], left_on="target_call_id", right_on="call_id")
+    delay_end = delayed.set_index("arg")["device_end"]
+    both = part0.index.intersection(delay_end.index)
+    assert len(both) == len(d)
+    assert (part0.loc[both] >= delay_end.loc[both]).all()
+    assert len(races(t).findings) == 0
+
+
+def test_butterfly_path_is_named(model, tmp_path):
+    out = tmp_path / "butterfly.ggmltrace"
+    run_completion("b10531", model, out, latencies(2, 0), "-ngl", "99", "-sm", "tensor")
+    (path,) = load(out).summary()["allreduce"]
+    assert path["path"] == "butterfly" and "no registry offered" in path["evidence"]
+    r = ggml_trace("summary", out)
+    assert "allreduce meta backend: butterfly" in r.stdout
 
 
 @pytest.mark.parametrize("build", BUILDS)

@@ -10,6 +10,7 @@ from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable
                          say_warnings, shown)
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from .record import record
+from analysis.allreduce import describe as describe_allreduce
 
 
 def cmd_record(args) -> int:
@@ -31,6 +32,8 @@ def cmd_record(args) -> int:
                    GGML_TRACE_VDEV_JITTER_US=str(args.vdev_jitter_us),
                    GGML_TRACE_VDEV_BANDWIDTH_GBPS=str(args.vdev_bandwidth_gbps),
                    GGML_TRACE_VDEV_SEED=str(args.vdev_seed))
+        if args.vdev_allreduce:
+            env["GGML_TRACE_VDEV_ALLREDUCE"] = "1"
     # device-side timing: the event watcher and/or CUPTI (read by the hooks at start-up)
     timing = {k: "1" for k, on in (("GGML_TRACE_DEVICE_TIMING", args.device_timing),
                                    ("GGML_TRACE_CUPTI", args.cupti)) if on}
@@ -72,6 +75,8 @@ def cmd_summary(args) -> int:
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    for a in s["allreduce"]:
+        print(printable(describe_allreduce(a)))
     for w in trace.warnings:  # in the summary itself: nothing is lost silently
         print(f"warning: {printable(w)}")
     return 0
@@ -190,6 +195,9 @@ def main(argv=None) -> int:
     p.add_argument("--vdev-jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
     p.add_argument("--vdev-bandwidth-gbps", type=float, default=0.0, help="virtual device copy bandwidth (0: free)")
     p.add_argument("--vdev-seed", type=int, default=0, help="jitter seed")
+    p.add_argument("--vdev-allreduce", action="store_true",
+                   help="the virtual devices offer their own allreduce for tensor parallelism, as CUDA "
+                        "does, instead of leaving the meta backend to its butterfly (docs/tensor-parallel.md)")
     p.add_argument("--nvml", action=argparse.BooleanOptionalAction, default=True,
                    help="sample GPU counters through NVML into the trace (default: on; a no-op without NVML)")
     p.add_argument("--nvml-interval-ms", type=float, default=20.0, metavar="MS",

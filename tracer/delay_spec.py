@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 
 KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
-         "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait", "synchronize"]
+         "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait", "synchronize",
+         "comm_allreduce"]
 KEYS = ["graph", "split", "op", "tensor", "nth", "seed"]
 MAX_RULES = 32
 MAX_RULE_LEN = 159

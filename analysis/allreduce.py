@@ -1,0 +1,92 @@
+"""Which allreduce ran under tensor parallelism (docs/tensor-parallel.md, "Which allreduce ran").
+
+The meta backend reduces partial results with the backend registry's own allreduce when the
+registry offers one (CUDA: NCCL or its internal pipeline; virtual devices with
+GGML_TRACE_VDEV_ALLREDUCE=1), and with its own butterfly of copies and ADDs otherwise, or per
+call when the registry declines a tensor. The hooks write down what the registry answered
+(META comm.init.N) and record every call (kind comm_allreduce, flags bit 1 when declined); this
+module names the path from those facts, the kernels CUPTI saw, and the recorded environment.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PATHS = ["nccl", "internal", "butterfly", "vdev", "unknown"]
+
+
+def _fields(value: str) -> dict:
+    return dict(p.split("=", 1) for p in value.split(";") if "=" in p)
+
+
+def _env(meta: dict) -> dict:
+    return dict(p.split("=", 1) for p in meta.get("env", "").split("\0") if "=" in p)
+
+
+def _kernel_path(trace) -> str | None:
+    """The path the GPU's kernels show, when CUPTI recorded them."""
+    gpu = getattr(trace, "gpu", None)
+    if gpu is None or not len(gpu) or "name" not in gpu:
+        return None
+    names = gpu["name"].astype(str)
+    if names.str.contains("nccl", case=False).any():
+        return "nccl"
+    if names.str.contains("ggml_cuda_ar_kernel|cuda_ar_", regex=True).any():
+        return "internal"
+    return None
+
+
+def allreduce_paths(trace) -> list[dict]:
+    """One entry per communicator (or one for a meta backend with none): registry, devices,
+    path, how it was known (`evidence`), accepted and declined calls."""
+    meta, calls = trace.meta, trace.calls
+    comm = calls[calls["kind"] == "comm_allreduce"]
+    declined = comm["declined"].to_numpy(bool)
+    out = []
+    inits = sorted((k for k in meta if k.startswith("comm.init.")), key=lambda k: int(k.rsplit(".", 1)[1]))
+    for key in inits:
+        f = _fields(meta[key])
+        ctx = int(f.get("ctx", "0"), 16) if f.get("ctx", "(nil)") not in ("(nil)", "0") else 0
+        mine = comm["obj"].to_numpy(np.uint64) == np.uint64(ctx) if ctx else np.zeros(len(comm), bool)
+        n_ok = int((mine & ~declined).sum() // max(len(f.get("devices", "").split(",")), 1))
+        n_no = int((mine & declined).sum() // max(len(f.get("devices", "").split(",")), 1))
+        entry = {"registry": f.get("registry", "?"), "devices": f.get("devices", ""),
+                 "accepted_calls": n_ok, "declined_calls": n_no}
+        if f.get("context") != "1":
+            entry.update(path="butterfly", evidence="the registry made no communicator")
+        elif n_ok == 0 and n_no > 0:
+            entry.update(path="butterfly", evidence="the registry declined every call")
+        elif n_ok == 0:
+            entry.update(path="unknown", evidence="no allreduce call was recorded")
+        else:
+            entry.update(_accepted_path(trace, f))
+            if n_no:
+                entry["evidence"] += f"; {n_no} calls declined to the butterfly"
+        out.append(entry)
+    if not out and "comm.registries" in meta and calls["meta_parent"].any():
+        out.append({"registry": "", "devices": "", "accepted_calls": 0, "declined_calls": 0,
+                    "path": "butterfly",
+                    "evidence": f"no registry offered an allreduce ({meta['comm.registries']})"})
+    return out
+
+
+def _accepted_path(trace, f: dict) -> dict:
+    if f.get("registry") == "VDEV":
+        return {"path": "vdev", "evidence": "virtual devices' own allreduce"}
+    seen = _kernel_path(trace)
+    if seen:
+        return {"path": seen, "evidence": "kernels recorded by CUPTI"}
+    want = _env(trace.meta).get("GGML_CUDA_ALLREDUCE", "")
+    if want in ("nccl", "internal"):
+        if want == "nccl" and f.get("nccl_loaded") != "1":
+            return {"path": "internal", "evidence": "GGML_CUDA_ALLREDUCE=nccl but NCCL is not in the "
+                                                    "process (the build falls back to internal)"}
+        return {"path": want, "evidence": f"GGML_CUDA_ALLREDUCE={want}"}
+    if f.get("nccl_loaded") == "1":
+        return {"path": "nccl", "evidence": "the default with NCCL in the process"}
+    return {"path": "internal", "evidence": "the default without NCCL in the process"}
+
+
+def describe(entry: dict) -> str:
+    who = f"{entry['registry']} ({entry['devices']})" if entry["registry"] else "meta backend"
+    return (f"allreduce {who}: {entry['path']} — {entry['evidence']}; "
+            f"{entry['accepted_calls']} calls by the backend, {entry['declined_calls']} declined")
