@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The tensor-parallel proof runs on two CUDA GPUs, after `bench/gpu/h200_session.sh build
+# .../llama-10531-slim.tar.xz` made /tmp/b10531/bin (CUDA b10531 + hooks with CUPTI). From the
+# repository root:
+#   bench/gpu/tp_proof_h200.sh MODEL OUT_DIR
+# 1. the butterfly's scratch race with device timing (GGML_CUDA_ALLREDUCE=none): no delay, a 200 us
+#    delay before CUDA1's ADDs, the same on CUDA0 (bench/gpu/tp_h200.py --device-timing);
+# 2. `ggml-trace force` on the undelayed device-timed trace (--every-graph);
+# 3. the build's default path (the internal pipeline: this build has no NCCL) with CUPTI and device
+#    timing: which allreduce ran, its calls, no race; then a 2 ms delay before CUDA1's part of every
+#    allreduce (the barrier holds CUDA0's part);
+# 4. a CUDA stream delay as CUPTI sees it (bench/gpu/delay_h200.sh), on one GPU.
+# Writes at most 8 files into OUT_DIR (the device tool's limit): the summaries, three traces and the log.
+set -uo pipefail
+model=${1:?usage: $0 MODEL OUT_DIR}; out=${2:?usage: $0 MODEL OUT_DIR}
+bin=/tmp/b10531/bin work=/tmp/tpproof
+mkdir -p "$out" $work
+exec > >(tee -a "$out/proof.log") 2>&1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export GGML_TRACE_CUPTI_LIB=${GGML_TRACE_CUPTI_LIB:-$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)}
+gen=(-n 16 -p "the of and" --temp 0 --seed 1 -no-cnv)
+rec() { python3 -m tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so "$@"; }
+t0=$(date +%s)
+
+echo "== 1. scratch race, device-timed"
+timeout 300 python3 bench/gpu/tp_h200.py $bin "$model" $work/tp --runs 10 --control-runs 5 --device-timing \
+  | grep -v '^{\|^ ' | cut -c1-300
+cp $work/tp/summary.json "$out/tp-summary.json"
+cp $work/tp/tp-delay-gpu1.ggmltrace "$out/tp-dt-delay-gpu1.ggmltrace"
+cp $work/tp/tp-none.ggmltrace "$out/tp-dt-none.ggmltrace"
+echo "step 1 took $(( $(date +%s) - t0 )) s"
+
+echo "== 2. force on the undelayed trace"
+GGML_CUDA_ALLREDUCE=none timeout 200 python3 -m tracer.cli force $work/tp/tp-none.ggmltrace --every-graph \
+  --runs 10 --baseline-runs 2 --out $work/force --json > "$out/force.json"
+echo "force exit $?"; python3 -c "import json; d=json.load(open('$out/force.json')); print({k: d.get(k) for k in ('runs','manifested_runs','diverged_runs','delay_us','command')})"
+echo "step 2 done at $(( $(date +%s) - t0 )) s"
+
+echo "== 3. the default allreduce path"
+timeout 60 rec --cupti --device-timing -o $work/internal.ggmltrace -- $bin/llama-completion -m "$model" "${gen[@]}" \
+  -ngl 99 -sm tensor > $work/internal.out 2>/dev/null
+timeout 60 rec --device-timing --delay 'CUDA1:comm_allreduce:2000' -o $work/internal-delay.ggmltrace -- \
+  $bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -sm tensor > $work/internal-delay.out 2>/dev/null
+$bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -dev CUDA0 2>/dev/null > $work/one.out
+for t in internal internal-delay; do
+  echo "-- $t: output equals one GPU's: $(cmp -s $work/$t.out $work/one.out && echo yes || echo no)"
+  python3 -m tracer.cli summary $work/$t.ggmltrace | tail -4
+  python3 -m tracer.cli races $work/$t.ggmltrace | head -3
+  cp $work/$t.ggmltrace "$out/"
+done
+python3 - $work/internal-delay.ggmltrace <<'EOF'
+import sys
+from analysis import load
+t = load(sys.argv[1])
+c = t.calls[t.calls["kind"] == "comm_allreduce"][["call_id", "arg", "device_index"]]
+part0 = t.device.merge(c[c["device_index"] == 0], on="call_id").set_index("arg")["t_end"]
+d = t.delays.merge(t.calls[["call_id", "arg"]], left_on="target_call_id", right_on="call_id").set_index("arg")
+both = part0.index.intersection(d.index)
+late = (part0.loc[both] - d.loc[both, "device_end"]) / 1000
+print(f"delays {len(d)}; CUDA0 part ends after CUDA1's delay in {(late >= 0).sum()} of {len(both)} calls;"
+      f" CUDA0 end minus delay end: min {late.min():.1f} us, median {late.median():.1f} us")
+EOF
+echo "step 3 done at $(( $(date +%s) - t0 )) s"
+
+echo "== 4. CUDA stream delay seen by CUPTI"
+CUDA_VISIBLE_DEVICES=0 timeout 60 bench/gpu/delay_h200.sh /tmp/b10531 "$model" $work/delay
+echo "all done at $(( $(date +%s) - t0 )) s"
