@@ -61,7 +61,14 @@ FINDING_COLUMNS = (
 # an interval: Vulkan's markers), "host" (an async operation with no device time at all: only
 # its enqueue call is known, so neither verdict can be proven).
 VERDICTS = ["manifested", "latent", "undetermined"]
-BASES = ["device", "bounds", "host"]
+BASES = ["device", "bounds", "host", "events"]  # appended: codes stay
+# The event watcher (CUDA/HIP/MUSA, docs/gpu.md) sees an event pass when its thread wakes, and
+# estimates most starts from the previous operation's end: on the H200s its ends were within
+# 62-89 us of CUPTI's at p95, its starts further off. Each time it gives is taken as known to
+# within this much, so a verdict that rests on it must clear it (basis "events").
+EVENTS_TOLERANCE_NS = 100_000
+# From most to least certain, for a pair's basis (the weaker of its two operations').
+_BASIS_RANK = np.array([0, 2, 3, 1])  # device, bounds, host, events
 
 
 # -- small vectorised helpers -----------------------------------------------------------------
@@ -513,25 +520,27 @@ class _Analysis:
         dev = getattr(self.trace, "device", None)
         if dev is not None and len(dev):
             dev = best_device_intervals(dev)
-            bounds = (dev["source"] == "markers").to_numpy(bool)
+            src = dev["source"].astype(str).to_numpy()
             d = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
                               "b": dev["t_begin"].to_numpy(np.int64),
-                              "e": dev["t_end"].to_numpy(np.int64), "bounds": bounds})
+                              "e": dev["t_end"].to_numpy(np.int64),
+                              "bounds": src == "markers", "events": src == "events"})
             d = d.groupby("call_id", sort=False).agg(b=("b", "min"), e=("e", "max"),
-                                                     bounds=("bounds", "any"))
+                                                     bounds=("bounds", "any"), events=("events", "any"))
             rows = _lookup(self.c_id, d.index.to_numpy(np.uint64))
             ok = rows >= 0
             begin[rows[ok]] = d["b"].to_numpy(np.int64)[ok]
             end[rows[ok]] = d["e"].to_numpy(np.int64)[ok]
             has_dev[rows[ok]] = True
-            basis[rows[ok]] = np.where(d["bounds"].to_numpy(bool)[ok], BASES.index("bounds"),
-                                       BASES.index("device"))
+            basis[rows[ok]] = np.select(
+                [d["bounds"].to_numpy(bool)[ok], d["events"].to_numpy(bool)[ok]],
+                [BASES.index("bounds"), BASES.index("events")], BASES.index("device"))
         return begin, end, has_dev, basis
 
     def time_bounds(self, begin, end, basis):
         """Lower and upper bounds of each call's start and end (ns; int64 max: unbounded)."""
         inf = np.iinfo(np.int64).max
-        exact = basis == BASES.index("device")
+        exact = np.isin(basis, [BASES.index("device"), BASES.index("events")])
         s_lo, e_hi = begin.copy(), np.where(basis == BASES.index("host"), inf, end)
         s_hi = np.where(exact, begin, e_hi)  # it started no later than it ended
         e_lo = np.where(exact, end, s_lo)    # and ended no earlier than it started
@@ -549,16 +558,20 @@ class _Analysis:
         # operation finished before the earlier one started: the bytes were overwritten before
         # they were read, as in a corrupt run). Latent: a ended before b began. Each verdict is
         # given only where the bounds prove it; otherwise the pair is undetermined.
-        manifested = e_lo[oa] > s_hi[ob]
-        latent = e_hi[oa] <= s_lo[ob]
-        inverted = e_hi[ob] <= s_lo[oa]
+        # Times from the event watcher must clear its tolerance, once per such operation.
+        tol = np.where(basis == BASES.index("events"), EVENTS_TOLERANCE_NS, 0)
+        slack = tol[oa] + tol[ob]
+        manifested = e_lo[oa] - slack > s_hi[ob]
+        latent = e_hi[oa] + slack <= s_lo[ob]
+        inverted = e_hi[ob] + slack <= s_lo[oa]
         verdict = np.where(manifested, 0, np.where(latent, 1, 2))
-        pair_basis = np.maximum(basis[oa], basis[ob])
+        rank = _BASIS_RANK[basis]
+        pair_basis = np.where(rank[oa] >= rank[ob], basis[oa], basis[ob])
         graph = np.where(self.c_graph[ob] >= 0, self.c_graph[ob], self.c_graph[oa])
         cols = {"cls": cls, "acc_a": pa, "acc_b": pb, "ord_a": oa, "ord_b": ob,
                 "manifested": manifested, "inverted": inverted,
                 "verdict": verdict, "basis": pair_basis,
-                "margin_ns": np.where(latent, s_lo[ob] - np.minimum(e_hi[oa], s_lo[ob]), 0),
+                "margin_ns": np.where(latent, s_lo[ob] - np.minimum(e_hi[oa] + slack, s_lo[ob]), 0),
                 "graph": graph,
                 "t": np.minimum(ex_b[oa], ex_b[ob])}
         for s, o, p in (("a", oa, pa), ("b", ob, pb)):
@@ -590,7 +603,7 @@ class _Analysis:
             "margin_ns": occ["margin_ns"].where(occ["verdict"] == 1).groupby(occ["key"]).min(),
             # manifested if any occurrence proves it, latent if every one does, else undetermined
             "verdict": g["verdict"].min().where(g["verdict"].min() == 0, g["verdict"].max()),
-            "basis": g["basis"].max(),
+            "basis": _weakest_basis(occ["basis"].to_numpy(np.int64), occ["key"].to_numpy()),
         })
         first = occ.drop_duplicates("key", keep="first").set_index("key")
         last = occ.drop_duplicates("key", keep="last").set_index("key")
@@ -665,6 +678,12 @@ class _Analysis:
         out["verdict"] = np.array(VERDICTS, dtype=object)[verdict].tolist()
         out["basis"] = np.array(BASES, dtype=object)[agg["basis"].to_numpy(np.int64)].tolist()
         return pd.DataFrame({c: pd.Series(out[c], dtype=_dtype(c)) for c in FINDING_COLUMNS})
+
+
+def _weakest_basis(basis: np.ndarray, key: np.ndarray) -> pd.Series:
+    """Per key, the least certain basis among its occurrences (by _BASIS_RANK)."""
+    worst = pd.Series(_BASIS_RANK[basis]).groupby(key).max()
+    return pd.Series(np.argsort(_BASIS_RANK)[worst.to_numpy()], index=worst.index)
 
 
 def _dtype(column: str):
@@ -822,7 +841,8 @@ def missing_words(a: dict, b: dict) -> str:
 def verdict_words(r: dict) -> str:
     """What the times prove about one finding (a dict of RaceReport.to_json()), in words."""
     verdict = r.get("verdict") or ("manifested" if r.get("manifested") else "latent")
-    bounds = " (device-time bounds)" if r.get("basis") == "bounds" else ""
+    bounds = {"bounds": " (device-time bounds)",
+              "events": f" (event-watcher times, ±{EVENTS_TOLERANCE_NS // 1000} us each)"}.get(r.get("basis"), "")
     if verdict == "manifested":
         words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r.get("inverted")
                  else "MANIFESTED (the earlier operation had not finished when the later one began)")
@@ -834,6 +854,9 @@ def verdict_words(r: dict) -> str:
     if r.get("basis") == "host":
         return ("UNDETERMINED: host times only (when the async operation ran on its device is not "
                 "known, so latent cannot be told from manifested; record with --device-timing)")
+    if r.get("basis") == "events":
+        return (f"UNDETERMINED: the event watcher's times do not separate the two operations by more "
+                f"than its tolerance ({EVENTS_TOLERANCE_NS // 1000} us each; record with --cupti for exact times)")
     return "UNDETERMINED: the device-time bounds do not separate the two operations"
 
 

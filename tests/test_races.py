@@ -15,6 +15,7 @@ import pytest
 from tracegen import TraceBuilder
 
 from analysis import RaceReport, load, races
+from analysis.races import format_report
 from analysis.trace_file import BUF_ALLOCATED, BUF_FREED
 from tracer.cli import main as cli
 
@@ -553,12 +554,20 @@ def test_the_best_observer_of_a_device_interval_decides(tmp_path):
     assert list(t.device["end_late"]) == [False, True]
     (race,) = findings(races(t))
     assert not race["manifested"] and race["margin_us"] == pytest.approx(300)
-    # Without the device's own record the watcher's interval is all there is: it overlaps.
+    # Without the device's own record the watcher's interval is all there is: it overlaps the
+    # write (from 500 us) by more than the watcher's tolerance...
+    b = builder()
+    a, _ = reuse_graph(b, 7, 0)
+    b.call("device_exec", 150 * US, 700 * US, thread=1, obj=a, flags=EVENTS)
+    (race,) = findings(analyse(tmp_path, b, "e.trace"))
+    assert race["manifested"] and (race["verdict"], race["basis"]) == ("manifested", "events")
+    # ... but 60 us of overlap is within it: neither verdict is proven.
     b = builder()
     a, _ = reuse_graph(b, 7, 0)
     b.call("device_exec", 150 * US, 560 * US, thread=1, obj=a, flags=EVENTS)
-    (race,) = findings(analyse(tmp_path, b, "e.trace"))
-    assert race["manifested"]
+    (race,) = findings(analyse(tmp_path, b, "f.trace"))
+    assert (race["verdict"], race["basis"]) == ("undetermined", "events")
+    assert "event watcher" in format_report(races(load(tmp_path / "f.trace")))
 
 
 def _gpu_records(rows):

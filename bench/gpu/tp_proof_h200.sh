@@ -19,9 +19,11 @@ exec > >(tee -a "$out/proof.log") 2>&1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export GGML_TRACE_CUPTI_LIB=${GGML_TRACE_CUPTI_LIB:-$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)}
 gen=(-n 16 -p "the of and" --temp 0 --seed 1 -no-cnv)
-rec() { python3 -m tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so "$@"; }
+rec=(python3 -m tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so)
+steps=${STEPS:-1234}
 t0=$(date +%s)
 
+if [[ $steps == *1* ]]; then
 echo "== 1. scratch race, device-timed"
 timeout 300 python3 bench/gpu/tp_h200.py $bin "$model" $work/tp --runs 10 --control-runs 5 --device-timing \
   | grep -v '^{\|^ ' | cut -c1-300
@@ -29,17 +31,21 @@ cp $work/tp/summary.json "$out/tp-summary.json"
 cp $work/tp/tp-delay-gpu1.ggmltrace "$out/tp-dt-delay-gpu1.ggmltrace"
 cp $work/tp/tp-none.ggmltrace "$out/tp-dt-none.ggmltrace"
 echo "step 1 took $(( $(date +%s) - t0 )) s"
+fi
 
+if [[ $steps == *2* ]]; then
 echo "== 2. force on the undelayed trace"
 GGML_CUDA_ALLREDUCE=none timeout 200 python3 -m tracer.cli force $work/tp/tp-none.ggmltrace --every-graph \
   --runs 10 --baseline-runs 2 --out $work/force --json > "$out/force.json"
 echo "force exit $?"; python3 -c "import json; d=json.load(open('$out/force.json')); print({k: d.get(k) for k in ('runs','manifested_runs','diverged_runs','delay_us','command')})"
 echo "step 2 done at $(( $(date +%s) - t0 )) s"
+fi
 
+if [[ $steps == *3* ]]; then
 echo "== 3. the default allreduce path"
-timeout 60 rec --cupti --device-timing -o $work/internal.ggmltrace -- $bin/llama-completion -m "$model" "${gen[@]}" \
+timeout 60 "${rec[@]}" --cupti --device-timing -o $work/internal.ggmltrace -- $bin/llama-completion -m "$model" "${gen[@]}" \
   -ngl 99 -sm tensor > $work/internal.out 2>/dev/null
-timeout 60 rec --device-timing --delay 'CUDA1:comm_allreduce:2000' -o $work/internal-delay.ggmltrace -- \
+timeout 60 "${rec[@]}" --device-timing --delay 'CUDA1:comm_allreduce:2000' -o $work/internal-delay.ggmltrace -- \
   $bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -sm tensor > $work/internal-delay.out 2>/dev/null
 $bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -dev CUDA0 2>/dev/null > $work/one.out
 for t in internal internal-delay; do
@@ -61,7 +67,10 @@ print(f"delays {len(d)}; CUDA0 part ends after CUDA1's delay in {(late >= 0).sum
       f" CUDA0 end minus delay end: min {late.min():.1f} us, median {late.median():.1f} us")
 EOF
 echo "step 3 done at $(( $(date +%s) - t0 )) s"
+fi
 
+if [[ $steps == *4* ]]; then
 echo "== 4. CUDA stream delay seen by CUPTI"
 CUDA_VISIBLE_DEVICES=0 timeout 60 bench/gpu/delay_h200.sh /tmp/b10531 "$model" $work/delay
+fi
 echo "all done at $(( $(date +%s) - t0 )) s"
