@@ -161,7 +161,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t * buffer, size_t, si
                                m->bytes, 0);
                 break;
             }
-            case CUPTI_ACTIVITY_KIND_RUNTIME: {
+            case CUPTI_ACTIVITY_KIND_RUNTIME:
+            case CUPTI_ACTIVITY_KIND_DRIVER: {  // NCCL launches its kernels through the driver API
                 // The API call's host thread and times: the loader ties activity to traced calls
                 // through these when no external correlation records came.
                 const CUpti_ActivityAPI * a = (const CUpti_ActivityAPI *) rec;
@@ -217,10 +218,12 @@ void cupti_start() {
         c.set_thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
     }
     CUptiResult res = c.register_callbacks(buffer_requested, buffer_completed);
-    // External correlation records come with the runtime API records they annotate.
+    // External correlation records come with the runtime and driver API records they annotate
+    // (driver: work launched without the runtime, e.g. NCCL's kernels).
     const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                         CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
-                                        CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+                                        CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+                                        CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
     for (CUpti_ActivityKind k : kinds) {
         if (res == CUPTI_SUCCESS) {
             res = c.enable(k);

@@ -61,6 +61,7 @@ def main() -> int:
     ap.add_argument("--delay-us", type=int, default=200)
     ap.add_argument("--control-runs", type=int, default=None, help="runs without delay or delayed on GPU0")
     ap.add_argument("--device-timing", action="store_true", help="record with --device-timing")
+    ap.add_argument("--cupti", action="store_true", help="record with --cupti (exact kernel and copy times)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -83,6 +84,8 @@ def main() -> int:
                 cmd += ["--delay", rule]
             if a.device_timing:
                 cmd += ["--device-timing"]
+            if a.cupti:
+                cmd += ["--cupti"]
             cmd += ["--", exe, "-m", a.model, *PROMPT, "-ngl", "99", "-sm", "tensor"]
             r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, timeout=300,
                                cwd=ROOT)

@@ -6,11 +6,11 @@
 # 1. the butterfly's scratch race with device timing (GGML_CUDA_ALLREDUCE=none): no delay, a 200 us
 #    delay before CUDA1's ADDs, the same on CUDA0 (bench/gpu/tp_h200.py --device-timing);
 # 2. `ggml-trace force` on the undelayed device-timed trace (--every-graph);
-# 3. the build's default path (the internal pipeline: this build has no NCCL) with CUPTI and device
-#    timing: which allreduce ran, its calls, no race; then a 2 ms delay before CUDA1's part of every
-#    allreduce (the barrier holds CUDA0's part);
+# 3. the build's default path (NCCL where the build found it) with CUPTI and device timing: which
+#    allreduce ran, its calls, no race; then a 2 ms delay before CUDA1's part of every allreduce
+#    (the barrier holds CUDA0's part); then GGML_CUDA_ALLREDUCE=internal with CUPTI;
 # 4. a CUDA stream delay as CUPTI sees it (bench/gpu/delay_h200.sh), on one GPU.
-# Writes at most 8 files into OUT_DIR (the device tool's limit): the summaries, three traces and the log.
+# Writes at most 8 files into OUT_DIR (the device tool's limit). TP_CUPTI=1: step 1 records with --cupti.
 set -uo pipefail
 model=${1:?usage: $0 MODEL OUT_DIR}; out=${2:?usage: $0 MODEL OUT_DIR}
 bin=/tmp/b10531/bin work=/tmp/tpproof
@@ -25,7 +25,7 @@ t0=$(date +%s)
 
 if [[ $steps == *1* ]]; then
 echo "== 1. scratch race, device-timed"
-timeout 300 python3 bench/gpu/tp_h200.py $bin "$model" $work/tp --runs 10 --control-runs 5 --device-timing \
+timeout 300 python3 bench/gpu/tp_h200.py $bin "$model" $work/tp --runs 10 --control-runs 5 --device-timing ${TP_CUPTI:+--cupti} \
   | grep -v '^{\|^ ' | cut -c1-300
 cp $work/tp/summary.json "$out/tp-summary.json"
 cp $work/tp/tp-delay-gpu1.ggmltrace "$out/tp-dt-delay-gpu1.ggmltrace"
@@ -48,7 +48,9 @@ timeout 60 "${rec[@]}" --cupti --device-timing -o $work/internal.ggmltrace -- $b
 timeout 60 "${rec[@]}" --device-timing --delay 'CUDA1:comm_allreduce:2000' -o $work/internal-delay.ggmltrace -- \
   $bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -sm tensor > $work/internal-delay.out 2>/dev/null
 $bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -dev CUDA0 2>/dev/null > $work/one.out
-for t in internal internal-delay; do
+timeout 60 env GGML_CUDA_ALLREDUCE=internal "${rec[@]}" --cupti --device-timing -o $work/internal-ar.ggmltrace -- \
+  $bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -sm tensor > $work/internal-ar.out 2>/dev/null
+for t in internal internal-delay internal-ar; do
   echo "-- $t: output equals one GPU's: $(cmp -s $work/$t.out $work/one.out && echo yes || echo no)"
   python3 -m tracer.cli summary $work/$t.ggmltrace | tail -4
   python3 -m tracer.cli races $work/$t.ggmltrace | head -3
