@@ -858,6 +858,7 @@ def backend_labels(backends: pd.DataFrame) -> list[str]:
 
 def summarize(trace: Trace) -> dict:
     from .allreduce import allreduce_paths
+    from .build_info import build_info
 
     """Per-backend counts: splits run, copies/bytes into it, syncs, events, busy time.
     Backends sharing a name (one per scheduler, say) are counted together, under the first."""
@@ -892,4 +893,5 @@ def summarize(trace: Trace) -> dict:
             "busy_ns": int(busy.get(n, 0)),
         } for n in names],
         "allreduce": allreduce_paths(trace),
+        "build": build_info(trace.meta),
     }

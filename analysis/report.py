@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .build_info import build_info
 from .timeline import _race_json, timeline, timeline_html
 
 
@@ -143,7 +144,9 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
         out.append('<p class="ok">No races found.</p>')
 
     # environment
-    env = [("ggml version", meta.get("ggml_version", "")),
+    info = build_info(meta)
+    env = [("llama.cpp build", f"{info['llama_build'] or 'unknown'} (commit {info['llama_commit'] or 'unknown'})"),
+           ("ggml version", meta.get("ggml_version", "")),
            ("ggml commit", meta.get("ggml_commit", "")),
            ("hooks build", meta.get("hooks_build", hooks)),
            ("backend API version", meta.get("backend_api_version",
@@ -154,7 +157,8 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
            ("trace length", _ns(t_end)), ("trace file", shown),
            ("format version", header.get("version", ""))]
     known = {"cmdline", "exe", "cwd", "pid", "hostname", "hooks_build", "backend_api_version",
-             "ggml_version", "ggml_commit", "nvml", "env"}
+             "ggml_version", "ggml_commit", "nvml", "env", "llama.build_number", "llama.commit",
+             "source.build_number", "source.commit"}
     if meta.get("env"):  # NUL-separated KEY=VALUE
         env.append(("environment", " ".join(v for v in meta["env"].split("\0") if v)))
     env += [(f"meta: {k}", v) for k, v in meta.items() if k not in known]

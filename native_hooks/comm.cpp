@@ -1,4 +1,5 @@
-// Registry patching and the communicator table for a backend's own allreduce (comm.h).
+// Registry patching and the communicator table for a backend's own allreduce (comm.h); on the
+// way, what each registry says of itself.
 #include "comm.h"
 
 #include <stdio.h>
@@ -154,6 +155,28 @@ bool resolve_reg_api() {
     return g_reg_api.count != nullptr;
 }
 
+// What a registry says of itself (ggml_backend_get_features: CUDA's ARCHS, USE_GRAPHS, ...), as
+// META backend.features.NAME = "K=V;K=V", once per registry.
+void write_features(ggml_backend_reg_t reg) {
+    struct Feature {
+        const char * name;
+        const char * value;
+    };
+    auto get = (const Feature * (*)(ggml_backend_reg_t)) (reg->iface.get_proc_address
+                                                               ? reg->iface.get_proc_address(reg, "ggml_backend_get_features")
+                                                               : nullptr);
+    const Feature * f = get ? get(reg) : nullptr;
+    if (!f || !writer_is_open()) return;
+    char key[64], value[1024];
+    snprintf(key, sizeof(key), "backend.features.%s", g_reg_api.name(reg));
+    int len = 0;
+    for (int i = 0; f[i].name && len < (int) sizeof(value); i++) {
+        len += snprintf(value + len, sizeof(value) - len, "%s%s=%s", i ? ";" : "", f[i].name,
+                        f[i].value ? f[i].value : "");
+    }
+    write_meta(key, value, strnlen(value, sizeof(value)));
+}
+
 }  // namespace
 
 void comm_patch_registries() {
@@ -167,6 +190,7 @@ void comm_patch_registries() {
         // layout check: the name read through our struct must be the one ggml returns
         if (!reg->iface.get_proc_address || !reg->iface.get_name ||
             strcmp(reg->iface.get_name(reg), g_reg_api.name(reg)) != 0) continue;
+        write_features(reg);
         RegEntry & e = g_regs[g_n_regs.load()];
         e.reg = reg;
         e.get_proc = reg->iface.get_proc_address;

@@ -970,11 +970,28 @@ void write_process_meta() {
     write_meta("backend_api_version", buf, strlen(buf));
 }
 
+#ifndef GGML_TRACE_SOURCE_BUILD_NUMBER
+#define GGML_TRACE_SOURCE_BUILD_NUMBER "0"
+#define GGML_TRACE_SOURCE_COMMIT "unknown"
+#endif
+
+// Which build made this trace: the program's ggml (version, commit), the program's llama.cpp
+// build info where it links libllama-common, and the sources the hooks were built against.
 void write_ggml_meta() {
     const char * v = g_api.version ? g_api.version() : "unknown";
     write_meta("ggml_version", v, strlen(v));
     const char * c = g_api.commit ? g_api.commit() : "unknown";
     write_meta("ggml_commit", c, strlen(c));
+    write_meta("source.build_number", GGML_TRACE_SOURCE_BUILD_NUMBER, strlen(GGML_TRACE_SOURCE_BUILD_NUMBER));
+    write_meta("source.commit", GGML_TRACE_SOURCE_COMMIT, strlen(GGML_TRACE_SOURCE_COMMIT));
+    const int * number = (const int *) ggml_symbol("LLAMA_BUILD_NUMBER");
+    const char * const * commit = (const char * const *) ggml_symbol("LLAMA_COMMIT");
+    if (number && commit && *commit) {
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%d", *number);
+        write_meta("llama.build_number", buf, strlen(buf));
+        write_meta("llama.commit", *commit, strnlen(*commit, 64));
+    }
 }
 
 // Opens the trace file named by GGML_TRACE_OUTPUT. If another process of the same run already
@@ -1129,6 +1146,9 @@ ggml_backend_sched_t ggml_backend_sched_new(ggml_backend_t * backends, ggml_back
     if (!g_api.sched_new) {
         fprintf(stderr, "ggml-trace: cannot find the real ggml_backend_sched_new\n");
         abort();
+    }
+    if (on) {
+        comm_patch_registries();  // programs that make their backends without ggml_backend_dev_init
     }
     CallScope c(K_SCHED_NEW);
     ggml_backend_sched_t sched = g_api.sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload);

@@ -10,7 +10,15 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S "$src" -B "$out" -G "Unix Makefiles" \
+# The tree's own identity (scripts/source_identity.sh): llama.cpp's CMake asks git, which for a
+# tree without a repository of its own would answer with an enclosing one (this project's).
+identity=()
+if [ "$(git -C "$src" rev-parse --show-toplevel 2>/dev/null)" != "$(realpath "$src")" ]; then
+  export GIT_CEILING_DIRECTORIES=$(dirname "$(realpath "$src")")
+  read -r number commit < <("$(dirname "$0")/source_identity.sh" "$src")
+  identity=(-DLLAMA_BUILD_NUMBER="$number" -DLLAMA_BUILD_COMMIT="$commit")
+fi
+cmake -S "$src" -B "$out" -G "Unix Makefiles" "${identity[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
   -DGGML_RPC=ON -DGGML_CCACHE=OFF "${launcher[@]}" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF \

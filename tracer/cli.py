@@ -11,6 +11,7 @@ from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from .record import record
 from analysis.allreduce import describe as describe_allreduce
+from analysis.build_info import describe as describe_build
 
 
 def cmd_record(args) -> int:
@@ -69,6 +70,7 @@ def cmd_summary(args) -> int:
         print(json.dumps(s, indent=2))
         return 0
     print(f"{shown(args.file)}: {s['graphs']} scheduler graph computes")
+    print(f"build: {printable(describe_build(s['build']))}")
     cols = ["name", "splits", "copies_in", "bytes_in", "syncs", "event_records", "event_waits", "busy_ns"]
     rows = [[printable(b[c]) for c in cols] for b in s["backends"]]
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
@@ -170,6 +172,21 @@ def cmd_builds(args) -> int:
     return 0
 
 
+def cmd_build_hooks(args) -> int:
+    from .build_hooks import BuildError, build_hooks
+
+    try:
+        name, lib = build_hooks(args.source, name=args.name, build_dir=args.build_dir, targets=args.targets,
+                                log=lambda line: print(line, file=sys.stderr))
+    except BuildError as e:
+        print(f"ggml-trace build-hooks: {e}", file=sys.stderr)
+        return 2
+    print(f"{name}\t{lib}")
+    print(f"ggml-trace build-hooks: ready: `ggml-trace record --build {name} -- PROGRAM`, "
+          f"`ggml-trace scenario NAME --build {name}`", file=sys.stderr)
+    return 0
+
+
 def cmd_register(args) -> int:
     try:
         hooks_mod.register(args.ggml_lib_dir, args.hooks)
@@ -262,6 +279,17 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("builds", help="list the ggml builds that have hooks")
     p.set_defaults(fn=cmd_builds)
+
+    p = sub.add_parser("build-hooks", help="build hooks and scenario programs for a llama.cpp build the project "
+                       "does not pin, and register it by name (docs/building.md)")
+    p.add_argument("source", help="llama.cpp source tree (git checkout or unpacked sdist), or an upstream build "
+                   "number like b10502 (its sdist is fetched from the package registry)")
+    p.add_argument("--name", help="name for --build (default: bNNNNN from the sources, else the folder name)")
+    p.add_argument("--build-dir", help="an existing shared-library build of SOURCE (its folder or bin/); "
+                   "default: build ggml and the llama programs into build/llama-NAME/")
+    p.add_argument("--targets", help="CMake targets to build (default: %s; 'ggml' for ggml alone)"
+                   % "llama-simple llama-completion llama-bench ggml-rpc-server")
+    p.set_defaults(fn=cmd_build_hooks)
 
     p = sub.add_parser("register-build", help="use HOOKS for programs that load the ggml in GGML_LIB_DIR")
     p.add_argument("ggml_lib_dir")

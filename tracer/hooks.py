@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 HOOKS_NAME = "libggml-trace-hooks.so"
+NAMED = "named builds"  # registry key: {name: bin folder}
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,12 +48,25 @@ def register(ggml_lib_dir: str, hooks: str):
     registry_path().write_text(json.dumps(reg, indent=2) + "\n")
 
 
+def register_name(name: str, lib_dir) -> None:
+    """Remember build NAME (`ggml-trace build-hooks`): its bin folder holds libggml-base.so, the
+    hooks and the scenario programs."""
+    reg = load_registry()
+    reg.setdefault(NAMED, {})[name] = str(Path(lib_dir).resolve())
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    registry_path().write_text(json.dumps(reg, indent=2) + "\n")
+
+
 def pinned_builds() -> dict:
-    """{'b10531': Path(.../build/llama-b10531/bin), ...} for the builds `make setup` made."""
+    """{'b10531': Path(.../build/llama-b10531/bin), ...}: the builds `make setup` made, and those
+    `ggml-trace build-hooks` registered by name (a name made both ways: the registered one)."""
     out = {}
-    for d in sorted(build_root().glob("llama-b*/bin")):
+    for d in sorted(build_root().glob("llama-*/bin")):
         if (d / HOOKS_NAME).exists():
             out[d.parent.name.removeprefix("llama-")] = d
+    for name, d in load_registry().get(NAMED, {}).items():
+        if (Path(d) / HOOKS_NAME).exists():
+            out[name] = Path(d)
     return out
 
 
@@ -73,7 +87,8 @@ def hooks_for(program: str, build: str = None) -> Path:
         builds = pinned_builds()
         if build not in builds:
             known = ", ".join(builds) or "none (run `make setup`)"
-            raise HooksNotFound(f"no pinned build {build!r}; built: {known}")
+            raise HooksNotFound(f"no build {build!r} has hooks; known: {known}. For another llama.cpp "
+                                f"build run `ggml-trace build-hooks SOURCE --name {build}` (docs/building.md)")
         return builds[build] / HOOKS_NAME
     base = ggml_base_of(program)
     if base is None:
@@ -88,5 +103,5 @@ def hooks_for(program: str, build: str = None) -> Path:
         return Path(registered)
     raise HooksNotFound(
         f"{program!r} uses {base}, and no hooks were built for it. Build them with "
-        f"`scripts/build_hooks.sh <its llama.cpp sources> {base.parent}` (see docs/building.md), "
+        f"`ggml-trace build-hooks <its llama.cpp sources> --build-dir {base.parent}` (docs/building.md), "
         "or pass --hooks LIB")

