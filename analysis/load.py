@@ -15,7 +15,8 @@ from .trace_file import (
     ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
     KIND_IDS, NONE32, RawTrace, display_path, read_trace_file,
 )
-from .trace_file import CALL_META_PARENT, META_ROLES
+from .trace_file import (CALL_DECLINED, CALL_FAILED, CALL_META_PARENT, DELAY_WHERE_SHIFT, DEVICE_END_LATE,
+                         DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, META_ROLES)
 
 MISSING_STRING = "<missing string>"  # an id that no StringRec defines
 SCHED_NONE = 0xFF
@@ -415,9 +416,9 @@ class _Loader:
             "split": _nullable(split, self.c_split_na),
             "obj": self.c_obj,
             "arg": self.c_arg,
-            "failed": (r["flags"] & 1) != 0,
+            "failed": (r["flags"] & CALL_FAILED) != 0,
             # bit1 of a copy or a backend allreduce: the backend declined it (ggml falls back)
-            "declined": ((r["flags"] & 2) != 0) & np.isin(self.c_kind, [KIND_IDS["cpy_tensor_async"],
+            "declined": ((r["flags"] & CALL_DECLINED) != 0) & np.isin(self.c_kind, [KIND_IDS["cpy_tensor_async"],
                                                                        KIND_IDS["comm_allreduce"]]),
             **self.nesting(r["flags"]),
         })
@@ -618,7 +619,7 @@ class _Loader:
             v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
             cols[c] = _nullable(v[src], na[src])
         flags = self.c_flags[rows].astype(np.int64)  # int64 first: -1 below must fit
-        source = (flags >> 4) & 3
+        source = (flags >> DEVICE_SOURCE_SHIFT) & 3
         return _frame({
             "call_id": self.c_obj[rows],
             "kind": _with_codes(kind, self.kind_dtype),
@@ -630,8 +631,8 @@ class _Loader:
             "thread": self.c_thread[rows],
             "source": _with_codes(np.where(source < 2, source, np.where(source == 2, 3, -1)),
                                   SOURCE_DTYPE),
-            "start_estimated": (flags & 0x40) != 0,
-            "end_late": (flags & 0x80) != 0,
+            "start_estimated": (flags & DEVICE_START_ESTIMATED) != 0,
+            "end_late": (flags & DEVICE_END_LATE) != 0,
         })
 
     def gpu_activity(self, meta: dict) -> pd.DataFrame:
@@ -745,7 +746,7 @@ class _Loader:
         trow = _lookup(self.c_id, target)
         arg = self.c_arg[rows]
         flags = self.c_flags[rows].astype(np.int64)
-        where = (flags >> 1) & 3
+        where = (flags >> DELAY_WHERE_SHIFT) & 3
         dev = device[device["kind"] == DELAY_KIND]
         drow = _lookup(dev["call_id"].to_numpy(np.uint64), df["call_id"].to_numpy(np.uint64))
         miss = drow < 0
@@ -754,7 +755,7 @@ class _Loader:
         df["requested_ns"] = (arg & np.uint64((1 << DELAY_RULE_SHIFT) - 1)).astype(np.int64)
         df["where"] = _with_codes(np.where(where < 3, where, -1), DELAY_WHERE)
         df["rule"] = (arg >> np.uint64(DELAY_RULE_SHIFT)).astype(np.int64)
-        df["failed"] = (flags & 1) != 0
+        df["failed"] = (flags & CALL_FAILED) != 0
         df["device_begin"] = _nullable(_take(dev["t_begin"].to_numpy(np.int64), drow, 0), miss)
         df["device_end"] = _nullable(_take(dev["t_end"].to_numpy(np.int64), drow, 0), miss)
         return df

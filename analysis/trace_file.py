@@ -29,8 +29,15 @@ REC_BUFFER, REC_CALL, REC_ACCESS, REC_PLACE, REC_CLOCK = 5, 6, 7, 8, 9
 REC_GPU, REC_SAMPLE, REC_NEST = 10, 11, 12
 MAX_RECORD_TYPE = REC_NEST
 
-# CallRec flags bit 5: a meta (tensor-parallel) backend's call; MetaRole of REC_NEST
-CALL_META_PARENT = 0x20
+# CallRec flags (trace_format.h CALL_*; bit 1 only for copies and backend allreduces)
+CALL_FAILED, CALL_DECLINED, CALL_SCHED_PARALLEL, CALL_SYNC_COMPUTE = 0x01, 0x02, 0x04, 0x08
+CALL_META_PARENT = 0x20  # a meta (tensor-parallel) backend's call
+# device_exec flags: DeviceSource in bits 4-5, then the two bounds flags; delay flags: DelayWhere
+DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, DEVICE_END_LATE = 4, 0x40, 0x80
+SRC_DEVICE, SRC_EVENTS, SRC_MARKERS = 0, 1, 2
+DELAY_WHERE_SHIFT = 1
+DELAY_HOST, DELAY_QUEUE, DELAY_STREAM = 0, 1, 2
+# MetaRole of REC_NEST
 META_ROLES = ["main", "zero", "copy", "reduce", "io", "sync", "other"]  # MetaRole 1..7
 
 # GpuActivityKind (REC_GPU)

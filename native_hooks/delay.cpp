@@ -76,7 +76,7 @@ void write_delay(const CallRec & target, uint32_t index, const DelayHit & h, uin
     if (!r) return;
     r->kind = K_DELAY;
     r->sched = target.sched;
-    r->flags = (uint8_t) (where << DELAY_WHERE_SHIFT) | (failed ? 1 : 0);
+    r->flags = (uint8_t) (where << DELAY_WHERE_SHIFT) | (failed ? CALL_FAILED : 0);
     r->thread = thread_index();
     r->t_begin = t0;
     r->t_end = t1;

@@ -299,7 +299,7 @@ bool hook_cpy_tensor(ggml_backend_buffer_t buffer, const ggml_tensor * src, ggml
     c.r.backend2 = src->buffer ? backend_of_buffer(src->buffer) : NONE32;
     c.r.obj = (uint64_t) (uintptr_t) dst;
     c.r.arg = g_api.nbytes(src);
-    c.r.flags = ok ? 0 : 2;  // bit1: declined, the caller falls back to another path
+    c.r.flags = ok ? 0 : CALL_DECLINED;  // the caller falls back to another path
     if (ok) {
         emit_tensor(REC_ACCESS, ACC_READ, c.id(), src, 0, NONE32);
         emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), dst, 0, NONE32);
@@ -393,7 +393,7 @@ ggml_backend_buffer_t hook_alloc_buffer(ggml_backend_buffer_type_t buft, size_t 
         c.r.backend = backend_index_of_device(buft->device);
         c.r.obj = (uint64_t) (uintptr_t) buffer;
         c.r.arg = size;
-        c.r.flags = buffer ? 0 : 1;
+        c.r.flags = buffer ? 0 : CALL_FAILED;
         if (buffer) {
             see_buffer(buffer, BUF_ALLOCATED);
             meta_note_alloc(buffer);
@@ -524,7 +524,7 @@ enum ggml_status hook_graph_compute(ggml_backend_t backend, ggml_cgraph * graph)
     c.r.backend = e.index;
     c.r.obj = (uint64_t) (uintptr_t) graph;
     c.r.arg = (uint64_t) g_api.graph_n_nodes(graph);
-    c.r.flags = st == GGML_STATUS_SUCCESS ? 0 : 1;
+    c.r.flags = st == GGML_STATUS_SUCCESS ? 0 : CALL_FAILED;
     emit_split_accesses(c.id(), graph);
     c.commit();
     if (t_ctx.split >= 0 && !nested) {
@@ -563,7 +563,7 @@ bool hook_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backen
     c.r.backend2 = se ? se->index : NONE32;
     c.r.obj = (uint64_t) (uintptr_t) dst;
     c.r.arg = g_api.nbytes(src);
-    c.r.flags = ok ? 0 : 2;  // bit1: declined, the scheduler falls back to a sync copy
+    c.r.flags = ok ? 0 : CALL_DECLINED;  // the scheduler falls back to a sync copy
     if (ok) {
         emit_tensor(REC_ACCESS, ACC_READ, c.id(), src, 0, NONE32);
         emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), dst, 0, NONE32);
@@ -608,7 +608,7 @@ bool ggml_trace::traced_comm_allreduce(const CommGroup & g, ggml_tensor ** tenso
         }
         r[i].t_begin = t_begin;
         r[i].t_end = t_end;
-        r[i].flags = ok ? 0 : 2;  // bit1: declined, the meta backend's butterfly follows
+        r[i].flags = ok ? 0 : CALL_DECLINED;  // the meta backend's butterfly follows
         if (ok && tensors[i]) {
             emit_tensor(REC_ACCESS, ACC_READ, r[i].call_id, tensors[i], 0, NONE32);
             emit_tensor(REC_ACCESS, ACC_WRITE, r[i].call_id, tensors[i], 0, NONE32);
@@ -1174,7 +1174,7 @@ ggml_backend_sched_t ggml_backend_sched_new(ggml_backend_t * backends, ggml_back
         c.r.sched = (uint8_t) idx;
         c.r.obj = (uint64_t) (uintptr_t) sched;
         c.r.arg = (uint64_t) n_backends | ((uint64_t) g_api.sched_get_n_copies(sched) << 32);
-        c.r.flags = parallel ? 4 : 0;
+        c.r.flags = parallel ? CALL_SCHED_PARALLEL : 0;
         c.commit();
     }
     return sched;
@@ -1210,7 +1210,7 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
     enum ggml_status st = g_api.sched_graph_compute_async(sched, graph);
     c.r.obj = (uint64_t) (uintptr_t) graph;
     c.r.arg = (uint64_t) g_api.sched_get_n_splits(sched);
-    c.r.flags = st == GGML_STATUS_SUCCESS ? 0 : 1;
+    c.r.flags = st == GGML_STATUS_SUCCESS ? 0 : CALL_FAILED;
     c.commit();
     return st;
 }
@@ -1227,7 +1227,7 @@ enum ggml_status ggml_backend_sched_graph_compute(ggml_backend_sched_t sched, gg
     enum ggml_status st = g_api.sched_graph_compute(sched, graph);
     c.r.obj = (uint64_t) (uintptr_t) graph;
     c.r.arg = (uint64_t) g_api.sched_get_n_splits(sched);
-    c.r.flags = (st == GGML_STATUS_SUCCESS ? 0 : 1) | 8;  // bit3: synchronous compute
+    c.r.flags = (st == GGML_STATUS_SUCCESS ? 0 : CALL_FAILED) | CALL_SYNC_COMPUTE;
     c.commit();
     return st;
 }
@@ -1241,7 +1241,7 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, ggml_cgraph * gr
     bool ok = g_api.sched_alloc_graph(sched, graph);
     c.r.obj = (uint64_t) (uintptr_t) graph;
     c.r.arg = (uint64_t) g_api.graph_n_nodes(graph);
-    c.r.flags = ok ? 0 : 1;
+    c.r.flags = ok ? 0 : CALL_FAILED;
     if (ok) {
         emit_placements(c.id(), graph);
     }
@@ -1257,7 +1257,7 @@ bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, ggml_cgraph * graph)
     c.r.sched = sched_index(sched);
     bool ok = g_api.sched_reserve(sched, graph);
     c.r.arg = (uint64_t) g_api.graph_n_nodes(graph);
-    c.r.flags = ok ? 0 : 1;
+    c.r.flags = ok ? 0 : CALL_FAILED;
     c.commit();
     return ok;
 }

@@ -100,8 +100,16 @@ enum BufferEvent : uint8_t { BUF_SEEN = 1, BUF_ALLOCATED = 2, BUF_FREED = 3 };
 
 static const uint32_t NONE32 = 0xffffffffu;
 
-// CallRec flags bit 5: the call went to a meta backend (or a meta buffer); its work is in the calls
-// it made on the simple backends (NEST records point at it), it has no accesses or queue itself.
+// CallRec flags. Bit 0: the call returned failure (a delay: it could not be injected).
+static const uint8_t CALL_FAILED = 0x01;
+// Bit 1 of cpy_tensor_async and comm_allreduce: the backend declined it (ggml falls back).
+static const uint8_t CALL_DECLINED = 0x02;
+// Bit 2 of sched_new: the scheduler was made with parallel = true.
+static const uint8_t CALL_SCHED_PARALLEL = 0x04;
+// Bit 3 of sched_graph_compute: the synchronous entry point (ggml_backend_sched_graph_compute).
+static const uint8_t CALL_SYNC_COMPUTE = 0x08;
+// Bit 5: the call went to a meta backend (or a meta buffer); its work is in the calls it made on
+// the simple backends (NEST records point at it), it has no accesses or queue itself.
 static const uint8_t CALL_META_PARENT = 0x20;
 enum MetaRole : uint8_t { ROLE_NONE = 0, ROLE_MAIN = 1, ROLE_ZERO = 2, ROLE_COPY = 3, ROLE_REDUCE = 4,
                           ROLE_IO = 5, ROLE_SYNC = 6, ROLE_OTHER = 7 };

@@ -1,0 +1,73 @@
+"""The trace format's names and numbers are written once in native_hooks/trace_format.h: this test
+reads the header and holds the Python side (analysis/trace_file.py, which the loader, the writers
+in tracer/ and tests/tracegen.py import) to every enum value and flag bit in it."""
+import re
+from pathlib import Path
+
+import pytest
+
+from analysis import trace_file as tf
+
+HEADER = Path(__file__).resolve().parents[1] / "native_hooks" / "trace_format.h"
+
+
+def _int(text: str) -> int:
+    return eval(re.sub(r"(0x[0-9a-fA-F]+|\d+)[uUlL]*", r"\1", text), {"__builtins__": {}})
+
+
+def parse_header() -> tuple[dict, dict]:
+    """({enum name: {member: value}}, {constant: value}) of the header."""
+    src = re.sub(r"//[^\n]*", "", HEADER.read_text())
+    enums = {}
+    for name, body in re.findall(r"enum\s+(\w+)\s*:\s*\w+\s*\{(.*?)\};", src, re.S):
+        members, value = {}, -1
+        for item in filter(None, (i.strip() for i in body.split(","))):
+            key, _, expr = (p.strip() for p in item.partition("="))
+            value = _int(expr) if expr else value + 1
+            members[key] = value
+        enums[name] = members
+    consts = {k: _int(v) for k, v in re.findall(r"static const \w+\s+(\w+)\s*=\s*([^;{]+);", src)}
+    return enums, consts
+
+
+ENUMS, CONSTS = parse_header()
+
+
+def test_the_header_parses():
+    assert {"RecordType", "CallKind", "DelayWhere", "DeviceSource", "GpuActivityKind", "AccessMode",
+            "BufferEvent", "MetaRole"} <= set(ENUMS)
+    assert CONSTS["CHUNK_SIZE"] == 64 * 1024 and CONSTS["NONE32"] == 0xFFFFFFFF
+
+
+def test_record_types():
+    rec = {k: v for k, v in ENUMS["RecordType"].items()}
+    for name, value in rec.items():
+        assert getattr(tf, name) == value, name
+    assert tf.MAX_RECORD_TYPE == max(rec.values())
+
+
+def test_call_kinds_both_ways():
+    header = {v: k.removeprefix("K_").lower() for k, v in ENUMS["CallKind"].items()}
+    assert tf.CALL_KINDS == header
+
+
+@pytest.mark.parametrize("enum", ["DelayWhere", "DeviceSource", "GpuActivityKind", "AccessMode", "BufferEvent"])
+def test_small_enums(enum):
+    for name, value in ENUMS[enum].items():
+        assert getattr(tf, name) == value, name
+
+
+def test_meta_roles():
+    roles = {v: k.removeprefix("ROLE_").lower() for k, v in ENUMS["MetaRole"].items() if v > 0}
+    assert tf.META_ROLES == [roles[i] for i in sorted(roles)]
+
+
+def test_constants_and_flag_bits():
+    python_side = [k for k in CONSTS if hasattr(tf, k)]
+    # every flag bit and shift the loader reads is named in the header and here alike
+    assert {"CALL_FAILED", "CALL_DECLINED", "CALL_META_PARENT", "DEVICE_SOURCE_SHIFT",
+            "DEVICE_START_ESTIMATED", "DEVICE_END_LATE", "DELAY_WHERE_SHIFT", "FORMAT_VERSION",
+            "HEADER_SIZE", "RECORD_SIZE", "CHUNK_MAGIC", "STRING_PIECE", "NONE32"} <= set(python_side)
+    for name in python_side:
+        assert getattr(tf, name) == CONSTS[name], name
+    assert tf.FILE_MAGIC == b"GGMLTRC\0"
