@@ -52,6 +52,7 @@ KIND_COLORS = {
     "event_record": "#EECA3B", "event_wait": "#9D755D", "event_synchronize": "#D8B5A5",
     "event_new": "#E0E0E0", "event_free": "#E0E0E0", "user_range": "#59A14F",
     "user_mark": "#222222", "kernel": "#4C78A8", "memcpy": "#F58518", "memset": "#C9C9C9",
+    "comm_allreduce": "#17BECF",  # a backend's own allreduce (NCCL, CUDA's internal pipeline)
     "delay": "#E45756",  # injected on purpose (--delay): on the host thread and where it stalled
 }
 GPU_KINDS = ["kernel", "memcpy", "memset"]  # CUPTI activity, on the kernels rows
