@@ -147,8 +147,10 @@ bool resolve_reg_api() {
     static std::once_flag once;
     std::call_once(once, [] {
         RegApi a;
-        a.count = (size_t (*)()) ggml_symbol("ggml_backend_reg_count");
-        a.get = (ggml_backend_reg_t (*)(size_t)) ggml_symbol("ggml_backend_reg_get");
+        // ggml's own (the hooks interpose these two, which would abort where the program has no
+        // libggml, only libggml-base: then there is no registry to patch)
+        a.count = (size_t (*)()) ggml_symbol("ggml_backend_reg_count", true);
+        a.get = (ggml_backend_reg_t (*)(size_t)) ggml_symbol("ggml_backend_reg_get", true);
         a.name = (const char * (*)(ggml_backend_reg_t)) ggml_symbol("ggml_backend_reg_name");
         if (a.count && a.get && a.name) g_reg_api = a;
     });

@@ -185,6 +185,6 @@ def test_record_without_program_and_unknown_build_fail_clearly(tmp_path):
     r = ggml_trace("record", "-o", tmp_path / "x")
     assert r.returncode == 2 and "give the program" in r.stderr
     r = ggml_trace("record", "--build", "b1", "--", "true")
-    assert r.returncode == 2 and "no pinned build 'b1'" in r.stderr
+    assert r.returncode == 2 and "no build 'b1' has hooks" in r.stderr and "ggml-trace build-hooks SOURCE --name b1" in r.stderr
     r = ggml_trace("record", "--", "true")
     assert r.returncode == 2 and "pass --hooks" in r.stderr

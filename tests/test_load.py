@@ -353,7 +353,10 @@ def test_empty_trace_has_typed_frames(tmp_path):
     for frame in EXPECTED_DTYPES:
         assert len(getattr(t, frame)) == 0
     check_dtypes(t)
-    assert t.meta == {} and t.summary() == {"graphs": 0, "backends": [], "allreduce": []}
+    assert t.meta == {} and t.summary() == {
+        "graphs": 0, "backends": [], "allreduce": [],
+        "build": {"llama_build": None, "llama_commit": None, "ggml_version": None, "ggml_commit": None,
+                  "hooks_build": None, "backend_features": {}}}
     # header only, no chunk at all
     with open(p, "r+b") as f:
         f.truncate(HEADER_SIZE)
