@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .timeline import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, _bar_labels, _Model, _Tables
+from .intervals import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, IntervalModel, StringTables, bar_labels
 
 BACKEND_PID_BASE = 1_000_000_000  # backend "processes": far from any real pid
 COUNTERS_PID = BACKEND_PID_BASE - 1  # the GPUs' NVML counters
@@ -88,7 +88,7 @@ def _records(df: pd.DataFrame) -> list[str]:
     return text.rstrip("\n").split("\n")
 
 
-def _args(model: _Model, tb: _Tables, iv: pd.DataFrame) -> list[dict]:
+def _args(model: IntervalModel, tb: StringTables, iv: pd.DataFrame) -> list[dict]:
     """Per-interval args for the Perfetto details panel (plain strings, not HTML)."""
     def pick(table, codes):
         arr = np.array(list(table) + [None], dtype=object)
@@ -136,8 +136,8 @@ def _args(model: _Model, tb: _Tables, iv: pd.DataFrame) -> list[dict]:
 
 def perfetto_events(trace) -> dict:
     """The trace as a Chrome trace-event JSON object ({"traceEvents": [...], ...})."""
-    model = _Model(trace)
-    tb = _Tables(model, [], esc=str)
+    model = IntervalModel(trace)
+    tb = StringTables(model, [], esc=str)
     iv = model.iv
     rows = model.rows
     pid = _pid(trace)
@@ -157,7 +157,7 @@ def perfetto_events(trace) -> dict:
     track = ev_pid.astype(np.int64) * (1 << 31) + ev_tid
     ok = nesting(track, t0, t1)
 
-    names = _bar_labels(iv, tb).to_numpy(dtype=object)
+    names = bar_labels(iv, tb).to_numpy(dtype=object)
     kinds = np.array(tb.kinds + ["?"], dtype=object)[np.where(iv["kind"] >= 0, iv["kind"], -1)]
     args = _args(model, tb, iv)
     base = pd.DataFrame({"name": names, "cat": kinds, "pid": ev_pid, "tid": ev_tid})

