@@ -10,6 +10,7 @@ module names the path from those facts, the kernels CUPTI saw, and the recorded 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 PATHS = ["nccl", "internal", "butterfly", "vdev", "unknown"]
 
@@ -90,3 +91,21 @@ def describe(entry: dict) -> str:
     who = f"{entry['registry']} ({entry['devices']})" if entry["registry"] else "meta backend"
     return (f"allreduce {who}: {entry['path']} — {entry['evidence']}; "
             f"{entry['accepted_calls']} calls by the backend, {entry['declined_calls']} declined")
+
+
+def held_by_delays(trace, device_index: int = 0) -> pd.DataFrame:
+    """For every backend allreduce call that a delay preceded on one device: when the delay ended
+    on its device and when device `device_index`'s part of the same call ended (device times, ns),
+    and `after_ns`, the second minus the first. A barrier holds every part until the delayed one
+    has arrived: after_ns >= 0 for every call (docs/tensor-parallel.md)."""
+    calls = trace.calls
+    comm = calls[calls["kind"] == "comm_allreduce"][["call_id", "arg", "device_index"]]
+    part = trace.device.merge(comm[comm["device_index"] == device_index], on="call_id")
+    part = part.groupby("arg")["t_end"].max()
+    d = trace.delays.merge(calls[["call_id", "arg"]], left_on="target_call_id", right_on="call_id")
+    d = d[d["target_kind"] == "comm_allreduce"].set_index("arg")["device_end"].astype("Int64")
+    both = part.index.intersection(d.index)
+    out = pd.DataFrame({"delay_end": d.loc[both].to_numpy(np.int64),
+                        "part_end": part.loc[both].to_numpy(np.int64)}, index=pd.Index(both, name="call"))
+    out["after_ns"] = out["part_end"] - out["delay_end"]
+    return out

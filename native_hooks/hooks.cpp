@@ -387,19 +387,20 @@ void see_buffer(ggml_backend_buffer_t buffer, uint8_t event) {
 
 ggml_backend_buffer_t hook_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size) {
     BuftEntry * e = find_buft(buft);
+    if (!capturing()) {
+        return e->orig.alloc_buffer(buft, size);
+    }
     CallScope c(K_BUF_ALLOC);
     ggml_backend_buffer_t buffer = e->orig.alloc_buffer(buft, size);
-    if (capturing()) {
-        c.r.backend = backend_index_of_device(buft->device);
-        c.r.obj = (uint64_t) (uintptr_t) buffer;
-        c.r.arg = size;
-        c.r.flags = buffer ? 0 : CALL_FAILED;
-        if (buffer) {
-            see_buffer(buffer, BUF_ALLOCATED);
-            meta_note_alloc(buffer);
-        }
-        c.commit();
+    c.r.backend = backend_index_of_device(buft->device);
+    c.r.obj = (uint64_t) (uintptr_t) buffer;
+    c.r.arg = size;
+    c.r.flags = buffer ? 0 : CALL_FAILED;
+    if (buffer) {
+        see_buffer(buffer, BUF_ALLOCATED);
+        meta_note_alloc(buffer);
     }
+    c.commit();
     return buffer;
 }
 
@@ -766,25 +767,27 @@ DeviceEntry & entry_of(ggml_backend_dev_t dev) {
 
 ggml_backend_event_t hook_event_new(ggml_backend_dev_t dev) {
     DeviceEntry & e = entry_of(dev);
+    if (!capturing()) {
+        return e.orig.event_new(dev);
+    }
     CallScope c(K_EVENT_NEW);
     ggml_backend_event_t ev = e.orig.event_new(dev);
-    if (capturing()) {
-        c.r.backend = e.backend;
-        c.r.obj = (uint64_t) (uintptr_t) ev;
-        c.commit();
-    }
+    c.r.backend = e.backend;
+    c.r.obj = (uint64_t) (uintptr_t) ev;
+    c.commit();
     return ev;
 }
 
 void hook_event_free(ggml_backend_dev_t dev, ggml_backend_event_t event) {
     DeviceEntry & e = entry_of(dev);
+    if (!capturing()) {
+        return e.orig.event_free(dev, event);
+    }
     CallScope c(K_EVENT_FREE);
     e.orig.event_free(dev, event);
-    if (capturing()) {
-        c.r.backend = e.backend;
-        c.r.obj = (uint64_t) (uintptr_t) event;
-        c.commit();
-    }
+    c.r.backend = e.backend;
+    c.r.obj = (uint64_t) (uintptr_t) event;
+    c.commit();
 }
 
 void hook_event_synchronize(ggml_backend_dev_t dev, ggml_backend_event_t event) {

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from analysis import load
+from analysis.allreduce import held_by_delays
 from analysis.races import races
 from conftest import BUILDS, completion_cmd, ggml_trace
 from test_capture import logged_schedules
@@ -145,13 +146,8 @@ def test_a_delayed_backend_allreduce_holds_every_device(model, reference, tmp_pa
     t = load(out)
     d = t.delays
     assert len(d) > 0 and (d["target_kind"] == "comm_allreduce").all() and (d["backend"] == "VDEV1").all()
-    comm = t.calls[t.calls["kind"] == "comm_allreduce"][["call_id", "arg", "device_index"]]
-    part0 = t.device.merge(comm[comm["device_index"] == 0], on="call_id").set_index("arg")["t_end"]
-    delayed = d.merge(t.calls[["call_id", "arg"]], left_on="target_call_id", right_on="call_id")
-    delay_end = delayed.set_index("arg")["device_end"]
-    both = part0.index.intersection(delay_end.index)
-    assert len(both) == len(d)
-    assert (part0.loc[both] >= delay_end.loc[both]).all()
+    held = held_by_delays(t, device_index=0)
+    assert len(held) == len(d) and (held["after_ns"] >= 0).all()
     assert len(races(t).findings) == 0
 
 

@@ -59,13 +59,10 @@ done
 python3 - $work/internal-delay.ggmltrace <<'EOF'
 import sys
 from analysis import load
-t = load(sys.argv[1])
-c = t.calls[t.calls["kind"] == "comm_allreduce"][["call_id", "arg", "device_index"]]
-part0 = t.device.merge(c[c["device_index"] == 0], on="call_id").set_index("arg")["t_end"]
-d = t.delays.merge(t.calls[["call_id", "arg"]], left_on="target_call_id", right_on="call_id").set_index("arg")
-both = part0.index.intersection(d.index)
-late = (part0.loc[both] - d.loc[both, "device_end"]) / 1000
-print(f"delays {len(d)}; CUDA0 part ends after CUDA1's delay in {(late >= 0).sum()} of {len(both)} calls;"
+from analysis.allreduce import held_by_delays
+h = held_by_delays(load(sys.argv[1]))
+late = h["after_ns"] / 1000
+print(f"delays {len(h)}; CUDA0 part ends after CUDA1's delay in {(late >= 0).sum()} of {len(h)} calls;"
       f" CUDA0 end minus delay end: min {late.min():.1f} us, median {late.median():.1f} us")
 EOF
 echo "step 3 done at $(( $(date +%s) - t0 )) s"
