@@ -1,12 +1,14 @@
-"""The trace format's names and numbers are written once in native_hooks/trace_format.h: this test
-reads the header and holds the Python side (analysis/trace_file.py, which the loader, the writers
-in tracer/ and tests/tracegen.py import) to every enum value and flag bit in it."""
+"""The contracts between the halves, each written once and checked here: the trace format's names
+and numbers in native_hooks/trace_format.h (the Python side, analysis/trace_file.py, which the
+loader, the writers in tracer/ and tests/tracegen.py import, is held to every enum value and flag
+bit in it), and the DataFrame schemas in analysis/schema.py (docs/dataframes.md is held to them)."""
 import re
 from pathlib import Path
 
 import pytest
 
 from analysis import trace_file as tf
+from analysis.schema import FRAMES
 
 HEADER = Path(__file__).resolve().parents[1] / "native_hooks" / "trace_format.h"
 
@@ -71,3 +73,26 @@ def test_constants_and_flag_bits():
     for name in python_side:
         assert getattr(tf, name) == CONSTS[name], name
     assert tf.FILE_MAGIC == b"GGMLTRC\0"
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "dataframes.md"
+
+
+def documented_frames() -> dict:
+    """{frame: {column: dtype}} from the column tables of docs/dataframes.md (a row may name
+    several columns of one dtype: "t_begin, t_end, duration")."""
+    out, frame = {}, None
+    for line in DOCS.read_text().splitlines():
+        if line.startswith("## "):
+            frame = line[3:].strip()
+        elif frame and line.startswith("| ") and not line.startswith("| column"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            for name in cells[0].split(","):
+                out.setdefault(frame, {})[name.strip()] = cells[1]
+    return out
+
+
+def test_the_dataframe_docs_match_the_schema():
+    docs = documented_frames()
+    for frame, columns in FRAMES.items():
+        assert docs.get(frame) == columns, frame  # same columns and dtypes (the docs group some)

@@ -7,6 +7,7 @@ import pytest
 
 from tracegen import TraceBuilder, string_id, synth_trace
 
+from analysis.schema import FRAMES
 from analysis import Trace, TraceFormatError, load, summarize
 from analysis.trace_file import (
     BUF_ALLOCATED, BUF_FREED, BUF_SEEN, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, INCOMPLETE_STRING,
@@ -20,56 +21,7 @@ GPU_DEV, CPU_DEV = 0x6000_0000, 0x6000_0100
 W_BUF, H_BUF, R_BUF = 0xA000, 0xB000, 0xC000  # gpu weights, host compute, reused pointer
 EV = 0xE1
 
-EXPECTED_DTYPES = {
-    "threads": {"thread": "int64", "os_tid": "uint64", "name": "category"},
-    "backends": {"backend": "int64", "name": "category", "device_name": "category",
-                 "device_description": "category", "device_type": "category",
-                 "has_async": "bool", "has_events": "bool", "ptr": "uint64",
-                 "device_ptr": "uint64"},
-    "buffers": {"buffer": "uint64", "generation": "int64", "base": "uint64", "size": "uint64",
-                "usage": "category", "is_host": "bool", "buft_name": "category",
-                "backend": "category", "first_seen": "int64", "freed": "Int64"},
-    "calls": {"call_id": "uint64", "kind": "category", "thread": "int64", "t_begin": "int64",
-              "t_end": "int64", "duration": "int64", "backend": "category",
-              "backend2": "category", "sched": "Int64", "graph": "Int64", "split": "Int64",
-              "obj": "uint64", "arg": "uint64", "failed": "bool", "declined": "bool", "meta_parent": "bool",
-              "parent": "uint64", "device_index": "Int64", "meta_subgraph": "Int64",
-              "role": "category"},
-    "splits": {"call_id": "uint64", "sched": "Int64", "graph": "Int64", "split": "Int64",
-               "backend": "category", "thread": "int64", "t_begin": "int64", "t_end": "int64",
-               "duration": "int64", "n_nodes": "int64", "n_inputs": "int64"},
-    "copies": {"call_id": "uint64", "kind": "category", "thread": "int64", "t_begin": "int64",
-               "t_end": "int64", "duration": "int64", "sched": "Int64", "graph": "Int64",
-               "split": "Int64", "bytes": "uint64", "src_buffer": "UInt64",
-               "src_offset": "UInt64", "dst_buffer": "UInt64", "dst_offset": "UInt64",
-               "src_tensor": "category", "dst_tensor": "category", "src_backend": "category",
-               "dst_backend": "category", "async": "bool"},
-    "sync": {"call_id": "uint64", "kind": "category", "thread": "int64", "t_begin": "int64",
-             "t_end": "int64", "duration": "int64", "backend": "category", "event": "UInt64",
-             "sched": "Int64", "graph": "Int64", "split": "Int64"},
-    "accesses": {"call_id": "uint64", "kind": "category", "mode": "category",
-                 "buffer": "uint64", "offset": "uint64", "size": "uint64", "end": "uint64",
-                 "tensor": "category", "node": "category", "op": "Int64", "index": "Int64",
-                 "backend": "category", "thread": "int64", "sched": "Int64", "graph": "Int64",
-                 "split": "Int64", "t_begin": "Int64", "t_end": "Int64"},
-    "allocations": {"call_id": "uint64", "sched": "Int64", "graph": "Int64", "t": "Int64",
-                    "buffer": "uint64", "offset": "uint64", "size": "uint64", "end": "uint64",
-                    "tensor": "category", "op": "Int64", "index": "Int64"},
-    "marks": {"kind": "category", "name": "category", "thread": "int64", "t_begin": "int64",
-              "t_end": "int64"},
-    "gpu_samples": {"t": "int64", "device": "int64", "metric": "category", "value": "float64"},
-    "device": {"call_id": "uint64", "kind": "category", "backend": "category", "graph": "Int64",
-               "split": "Int64", "t_begin": "int64", "t_end": "int64", "thread": "int64",
-               "source": "category", "start_estimated": "bool", "end_late": "bool"},
-    "gpu": {"kind": "category", "name": "category", "device": "int64", "stream": "int64",
-            "t_begin": "int64", "t_end": "int64", "copy_kind": "category", "bytes": "int64",
-            "grid": "int64", "correlation": "int64", "call_id": "UInt64", "call_kind": "category",
-            "backend": "category", "graph": "Int64", "split": "Int64"},
-    "delays": {"call_id": "uint64", "target_call_id": "uint64", "target_kind": "category",
-               "backend": "category", "graph": "Int64", "split": "Int64", "thread": "int64",
-               "t_begin": "int64", "t_end": "int64", "requested_ns": "int64", "where": "category",
-               "rule": "int64", "failed": "bool", "device_begin": "Int64", "device_end": "Int64"},
-}
+EXPECTED_DTYPES = FRAMES  # analysis/schema.py
 
 
 def check_dtypes(trace: Trace) -> None:
