@@ -102,8 +102,12 @@ void comm_free_hook(void * ctx) {
     CommFree orig = nullptr;
     {
         std::lock_guard<std::mutex> lock(g_comm_mutex);
+        if (CommGroup * g = group_of(ctx)) {
+            if (RegEntry * e = entry_of_reg(g->reg)) orig = e->free;
+            *g = CommGroup();
+        }
+        // a communicator the table did not hold: the registry that offers a free
         for (int i = 0; i < g_n_regs && !orig; i++) orig = g_regs[i].free;
-        if (CommGroup * g = group_of(ctx)) *g = CommGroup();
     }
     if (orig) orig(ctx);
 }
