@@ -114,7 +114,7 @@ void comm_free_hook(void * ctx) {
 
 bool comm_allreduce_hook(void * ctx, ggml_tensor ** tensors) {
     const CommGroup * g = group_of(ctx);
-    if (!g) {
+    if (!g || !g->allreduce) {
         // a communicator made before we patched, or one the table had no room for
         for (int i = 0; i < g_n_regs; i++) {
             if (g_regs[i].allreduce) return g_regs[i].allreduce(ctx, tensors);
