@@ -9,6 +9,8 @@ module names the path from those facts, the kernels CUPTI saw, and the recorded 
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -17,6 +19,14 @@ PATHS = ["nccl", "internal", "butterfly", "vdev", "unknown"]
 
 def _fields(value: str) -> dict:
     return dict(p.split("=", 1) for p in value.split(";") if "=" in p)
+
+
+def _hex(text: str) -> int:
+    """A pointer as the hooks print it (%p: 0x..., or (nil)); 0 when it is not one."""
+    try:
+        return int(text, 16) & 0xFFFFFFFFFFFFFFFF
+    except ValueError:
+        return 0
 
 
 def _env(meta: dict) -> dict:
@@ -43,10 +53,10 @@ def allreduce_paths(trace) -> list[dict]:
     comm = calls[calls["kind"] == "comm_allreduce"]
     declined = comm["declined"].to_numpy(bool)
     out = []
-    inits = sorted((k for k in meta if k.startswith("comm.init.")), key=lambda k: int(k.rsplit(".", 1)[1]))
+    inits = sorted((k for k in meta if re.fullmatch(r"comm\.init\.\d+", k)), key=lambda k: int(k.rsplit(".", 1)[1]))
     for key in inits:
         f = _fields(meta[key])
-        ctx = int(f.get("ctx", "0"), 16) if f.get("ctx", "(nil)") not in ("(nil)", "0") else 0
+        ctx = _hex(f.get("ctx", ""))
         mine = comm["obj"].to_numpy(np.uint64) == np.uint64(ctx) if ctx else np.zeros(len(comm), bool)
         n_ok = int((mine & ~declined).sum() // max(len(f.get("devices", "").split(",")), 1))
         n_no = int((mine & declined).sum() // max(len(f.get("devices", "").split(",")), 1))

@@ -88,3 +88,11 @@ def test_the_allreduce_holds_every_device_until_all_arrive():
     # CUDA0's part of each call ended only after CUDA1's delay before that call had
     assert (held["after_ns"] >= 0).all()
     assert len(races(t).findings) == 0
+
+
+def test_a_damaged_comm_record_is_unknown_not_an_error():
+    t = load("nccl-cupti")
+    t.meta["comm.init.0"] = "registry=CUDA;context=1;ctx=not-a-pointer;devices=CUDA0,CUDA1"
+    t.meta["comm.init.x"] = "\x00junk"
+    (a,) = t.summary()["allreduce"]
+    assert (a["path"], a["accepted_calls"]) == ("unknown", 0)
