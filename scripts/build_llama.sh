@@ -15,7 +15,7 @@ fi
 identity=()
 if [ "$(git -C "$src" rev-parse --show-toplevel 2>/dev/null)" != "$(realpath "$src")" ]; then
   export GIT_CEILING_DIRECTORIES=$(dirname "$(realpath "$src")")
-  read -r number commit < <("$(dirname "$0")/source_identity.sh" "$src")
+  read -r number commit _ < <("$(dirname "$0")/source_identity.sh" "$src")
   identity=(-DLLAMA_BUILD_NUMBER="$number" -DLLAMA_BUILD_COMMIT="$commit")
 fi
 cmake -S "$src" -B "$out" -G "Unix Makefiles" "${identity[@]}" \

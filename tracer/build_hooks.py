@@ -11,6 +11,7 @@ libggml-base.so (scripts/build_hooks.sh), and NAME is registered, so that `recor
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -50,14 +51,15 @@ def resolve_source(source: str, log=lambda s: None) -> Path:
                      "nor an upstream build number like b10502")
 
 
-def identity(tree: Path) -> tuple[int, str]:
-    """(build number, commit) of a source tree (scripts/source_identity.sh); (0, 'unknown')."""
+def identity(tree: Path) -> tuple[int, str, str]:
+    """(build number, commit, how it is known: tag, count, sdist or none) of a source tree
+    (scripts/source_identity.sh)."""
     out = subprocess.run([str(SCRIPTS / "source_identity.sh"), str(tree)], capture_output=True,
                          text=True).stdout.split()
     try:
-        return int(out[0]), out[1]
+        return int(out[0]), out[1], out[2]
     except (IndexError, ValueError):
-        return 0, "unknown"
+        return 0, "unknown", "none"
 
 
 def lib_dir_of(build_dir: str) -> Path:
@@ -74,8 +76,10 @@ def build_hooks(source: str, name: str | None = None, build_dir: str | None = No
                 targets: str | None = None, log=print) -> tuple[str, Path]:
     """Builds what SOURCE needs (see the module docstring); returns (name, bin folder)."""
     tree = resolve_source(source, log)
-    number, commit = identity(tree)
-    name = name or (f"b{number}" if number else tree.parent.name if tree.name == "llama.cpp" else tree.name)
+    number, commit, how = identity(tree)
+    # bNNNNN only when it is upstream's number (a tag or an sdist), not a branch's commit count
+    upstream = number and how in ("tag", "sdist")
+    name = name or (f"b{number}" if upstream else tree.parent.name if tree.name == "llama.cpp" else tree.name)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise BuildError(f"bad build name {name!r}: use letters, digits, '.', '_' and '-' (--name)")
     log(f"sources: {tree} (build {number or 'unknown'}, commit {commit}); name: {name}")
@@ -83,7 +87,7 @@ def build_hooks(source: str, name: str | None = None, build_dir: str | None = No
         lib = lib_dir_of(build_dir)
     else:
         out = build_root() / f"llama-{name}"
-        env = dict(__import__("os").environ, TARGETS=targets or DEFAULT_TARGETS)
+        env = dict(os.environ, TARGETS=targets or DEFAULT_TARGETS)
         _run([SCRIPTS / "build_llama.sh", tree, out], log, env=env)
         lib = out / "bin"
     _run([SCRIPTS / "build_hooks.sh", tree, lib, name], log)
