@@ -587,7 +587,7 @@ def hover_text(iv: pd.DataFrame, tb: StringTables) -> pd.Series:
     gs = pd.Series(np.where(g >= 0, "<br>graph " + g.astype(str), "<br>"), index=iv.index)
     gs = gs + pd.Series(np.where(s >= 0, " · split " + s.astype(str), ""), index=iv.index)
     is_gc = kind == "graph_compute"
-    arg = iv["arg"].astype(np.int64).astype(str)
+    arg = iv["arg"].astype(np.int64).map("{:,}".format)  # as num() in timeline.js
     inputs = iv["inputs"]
     extra = pd.Series(np.where(is_gc, " · " + arg + " nodes · " + inputs.clip(lower=0).astype(
         str) + " input copies", ""), index=iv.index)

@@ -483,6 +483,54 @@ def test_busy_rows_aggregate_and_zoom_refines(browser, tmp_path):
     page.close()
 
 
+@needs_browser
+def test_python_and_browser_views_agree(browser, tmp_path):
+    """The level-of-detail view is computed twice: in Python for the figure's first range
+    (timeline._view) and in the page's script on every zoom (analysis/timeline.js). For the same
+    range and plot width both draw the same segments in each colour class and give the same
+    hover texts."""
+    from collections import Counter
+
+    from analysis.intervals import StringTables
+    from analysis.timeline import IntervalModel, _classes, _view
+    from tracegen import synth_trace
+
+    p = tmp_path / "lod.ggmltrace"
+    synth_trace(p, 20_000, accesses_per_call=0)
+    t = analysis.load(p)
+    fig = analysis.timeline(t, races=False)
+    fig.write_html(tmp_path / "lod.html")
+    page = browser.open((tmp_path / "lod.html").as_uri(), RENDERED)
+    page.eval("""(() => { const gd = document.querySelector('.js-plotly-plot');
+      return Plotly.relayout(gd, {'xaxis.range': [0.004, 0.0043]}).then(() => 1); })()""",
+              await_promise=True)
+    page.wait("document.querySelector('.js-plotly-plot').dataset.exactInView > 0 && "
+              "Object.values(window.ggmlTraceTimelines)[0].drawn !== undefined")
+    js = page.eval("""(() => {
+      const st = Object.values(window.ggmlTraceTimelines)[0], xa = st.gd._fullLayout.xaxis;
+      const v = st.drawn;
+      return {x0: xa.range[0] * 1e9, x1: xa.range[1] * 1e9, width: Math.max(xa._length, 100),
+              segs: v.segs.map(g => ({x: g.x.filter((_, i) => i % 3 < 2), y: g.y.filter((_, i) => i % 3 == 0)})),
+              ht: v.ht, aggRows: v.aggRows};
+    })()""")
+    page.close()
+    assert js["aggRows"] == 0
+    model = IntervalModel(t)
+    cls, names, _ = _classes(model, "kind")
+    tb = StringTables(model, names)
+    tb.raw = StringTables(model, names, esc=str)
+    v = _view(model, tb, cls, js["x0"], js["x1"], js["width"])
+    c, b, e, r = v["segs"]
+    py = Counter((int(k), round(float(bb)), round(float(ee)), int(rr)) for k, bb, ee, rr in zip(c, b, e, r))
+    br = Counter()
+    for k, g in enumerate(js["segs"]):
+        for (bb, ee), rr in zip(zip(g["x"][0::2], g["x"][1::2]), g["y"]):
+            br[(k, round(bb * 1e9), round(ee * 1e9), int(rr))] += 1
+    assert sum(py.values()) > 100 and py == br
+    hp, hj = Counter(v["hover"][2].tolist()), Counter(js["ht"])
+    assert hp == hj, (sorted((hp - hj).items())[:3], sorted((hj - hp).items())[:3])
+
+
 def _intervals_of(t) -> pd.DataFrame:
     from analysis.intervals import IntervalModel
 
