@@ -165,6 +165,8 @@ int find_loaded(struct dl_phdr_info * info, size_t, void * out) {
     return 0;
 }
 
+template <typename F> void bind(void * lib, F & fn, const char * name) { fn = (F) dlsym(lib, name); }
+
 void resolve_cuda() {
     // A backend library opened with RTLD_LOCAL keeps its runtime out of the global scope: then
     // look for the runtime (or a static one inside ggml-cuda) among the loaded objects.
@@ -174,21 +176,21 @@ void resolve_cuda() {
         found = dl_iterate_phdr(find_loaded, &lib) != 0;
     }
     if (found) {
-        g_cuda.launch_host_func = (decltype(g_cuda.launch_host_func)) dlsym(lib, "cudaLaunchHostFunc");
-        g_cuda.event_record = (decltype(g_cuda.event_record)) dlsym(lib, "cudaEventRecord");
-        g_cuda.stream_wait_event = (decltype(g_cuda.stream_wait_event)) dlsym(lib, "cudaStreamWaitEvent");
-        g_cuda.stream_create_with_flags = (decltype(g_cuda.stream_create_with_flags)) dlsym(lib, "cudaStreamCreateWithFlags");
-        g_cuda.error_string = (decltype(g_cuda.error_string)) dlsym(lib, "cudaGetErrorString");
-        g_cuda.host_alloc = (decltype(g_cuda.host_alloc)) dlsym(lib, "cudaHostAlloc");
+        bind(lib, g_cuda.launch_host_func, "cudaLaunchHostFunc");
+        bind(lib, g_cuda.event_record, "cudaEventRecord");
+        bind(lib, g_cuda.stream_wait_event, "cudaStreamWaitEvent");
+        bind(lib, g_cuda.stream_create_with_flags, "cudaStreamCreateWithFlags");
+        bind(lib, g_cuda.error_string, "cudaGetErrorString");
+        bind(lib, g_cuda.host_alloc, "cudaHostAlloc");
     }
     g_cuda.ok = g_cuda.launch_host_func && g_cuda.event_record && g_cuda.stream_wait_event && g_cuda.stream_create_with_flags;
     if (void * drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) {
-        g_drv.ctx_get_current = (decltype(g_drv.ctx_get_current)) dlsym(drv, "cuCtxGetCurrent");
-        g_drv.ctx_push = (decltype(g_drv.ctx_push)) dlsym(drv, "cuCtxPushCurrent_v2");
-        g_drv.ctx_pop = (decltype(g_drv.ctx_pop)) dlsym(drv, "cuCtxPopCurrent_v2");
-        g_drv.module_load_data = (decltype(g_drv.module_load_data)) dlsym(drv, "cuModuleLoadData");
-        g_drv.module_get_function = (decltype(g_drv.module_get_function)) dlsym(drv, "cuModuleGetFunction");
-        g_drv.launch_kernel = (decltype(g_drv.launch_kernel)) dlsym(drv, "cuLaunchKernel");
+        bind(drv, g_drv.ctx_get_current, "cuCtxGetCurrent");
+        bind(drv, g_drv.ctx_push, "cuCtxPushCurrent_v2");
+        bind(drv, g_drv.ctx_pop, "cuCtxPopCurrent_v2");
+        bind(drv, g_drv.module_load_data, "cuModuleLoadData");
+        bind(drv, g_drv.module_get_function, "cuModuleGetFunction");
+        bind(drv, g_drv.launch_kernel, "cuLaunchKernel");
         g_drv.ok = g_drv.ctx_get_current && g_drv.ctx_push && g_drv.ctx_pop && g_drv.module_load_data &&
                    g_drv.module_get_function && g_drv.launch_kernel && g_cuda.host_alloc;
     }
