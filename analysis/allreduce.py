@@ -14,8 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-PATHS = ["nccl", "internal", "butterfly", "vdev", "unknown"]
-
+from .load import recorded_env
 
 def _fields(value: str) -> dict:
     return dict(p.split("=", 1) for p in value.split(";") if "=" in p)
@@ -27,10 +26,6 @@ def _hex(text: str) -> int:
         return int(text, 16) & 0xFFFFFFFFFFFFFFFF
     except ValueError:
         return 0
-
-
-def _env(meta: dict) -> dict:
-    return dict(p.split("=", 1) for p in meta.get("env", "").split("\0") if "=" in p)
 
 
 def _kernel_path(trace) -> str | None:
@@ -86,7 +81,7 @@ def _accepted_path(trace, f: dict) -> dict:
     seen = _kernel_path(trace)
     if seen:
         return {"path": seen, "evidence": "kernels recorded by CUPTI"}
-    want = _env(trace.meta).get("GGML_CUDA_ALLREDUCE", "")
+    want = recorded_env(trace.meta).get("GGML_CUDA_ALLREDUCE", "")
     if want in ("nccl", "internal"):
         if want == "nccl" and f.get("nccl_loaded") != "1":
             return {"path": "internal", "evidence": "GGML_CUDA_ALLREDUCE=nccl but NCCL is not in the "
@@ -113,7 +108,7 @@ def held_by_delays(trace, device_index: int = 0) -> pd.DataFrame:
     part = trace.device.merge(comm[comm["device_index"] == device_index], on="call_id")
     part = part.groupby("arg")["t_end"].max()
     d = trace.delays.merge(calls[["call_id", "arg"]], left_on="target_call_id", right_on="call_id")
-    d = d[d["target_kind"] == "comm_allreduce"].set_index("arg")["device_end"].astype("Int64")
+    d = d[d["target_kind"] == "comm_allreduce"].set_index("arg")["device_end"].dropna()
     both = part.index.intersection(d.index)
     out = pd.DataFrame({"delay_end": d.loc[both].to_numpy(np.int64),
                         "part_end": part.loc[both].to_numpy(np.int64)}, index=pd.Index(both, name="call"))

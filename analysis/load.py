@@ -851,6 +851,11 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
     return t
 
 
+def recorded_env(meta: dict) -> dict:
+    """The environment the hooks recorded (META env: NUL-separated KEY=VALUE), as a dict."""
+    return dict(kv.partition("=")[::2] for kv in meta.get("env", "").split("\0") if "=" in kv)
+
+
 def backend_labels(backends: pd.DataFrame) -> list[str]:
     """The name each backend row goes by in other frames: its name, else "backend#INDEX"."""
     return [f"backend#{i}" if pd.isna(n) else str(n)
@@ -858,11 +863,12 @@ def backend_labels(backends: pd.DataFrame) -> list[str]:
 
 
 def summarize(trace: Trace) -> dict:
+    """Per-backend counts: splits run, copies/bytes into it, syncs, events, busy time; which
+    allreduce ran; which build made the trace. Backends sharing a name (one per scheduler, say)
+    are counted together, under the first."""
     from .allreduce import allreduce_paths
     from .build_info import build_info
 
-    """Per-backend counts: splits run, copies/bytes into it, syncs, events, busy time.
-    Backends sharing a name (one per scheduler, say) are counted together, under the first."""
     calls, splits, copies, sync = trace.calls, trace.splits, trace.copies, trace.sync
     names = list(dict.fromkeys(backend_labels(trace.backends)))
 

@@ -61,14 +61,12 @@ FINDING_COLUMNS = (
 # an interval: Vulkan's markers), "host" (an async operation with no device time at all: only
 # its enqueue call is known, so neither verdict can be proven).
 VERDICTS = ["manifested", "latent", "undetermined"]
-BASES = ["device", "bounds", "host", "events"]  # appended: codes stay
+BASES = ["device", "events", "bounds", "host"]  # from most to least certain: a pair's is the max
 # The event watcher (CUDA/HIP/MUSA, docs/gpu.md) sees an event pass when its thread wakes, and
 # estimates most starts from the previous operation's end: on the H200s its ends were within
 # 62-89 us of CUPTI's at p95, its starts further off. Each time it gives is taken as known to
 # within this much, so a verdict that rests on it must clear it (basis "events").
 EVENTS_TOLERANCE_NS = 100_000
-# From most to least certain, for a pair's basis (the weaker of its two operations').
-_BASIS_RANK = np.array([0, 2, 3, 1])  # device, bounds, host, events
 
 
 # -- small vectorised helpers -----------------------------------------------------------------
@@ -368,14 +366,12 @@ class _Analysis:
         cm = np.flatnonzero(kind_is(["comm_allreduce"]) & enq)
         seq = c["arg"].to_numpy(np.uint64)[cm]
         order = np.argsort(seq, kind="stable")
-        s_seq = seq[order]
-        lo = np.searchsorted(s_seq, s_seq, side="left")
-        cnt = np.searchsorted(s_seq, s_seq, side="right") - lo
-        member = np.repeat(np.arange(len(cm)), cnt)  # every (member, member of its call) pair
-        peer = np.repeat(lo, cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-        a_, b_ = cm[order[member]], cm[order[peer]]
-        a_, b_ = a_[a_ != b_], b_[a_ != b_]
-        edges.append((last_queue_op(self.queue_of_backend[self.c_qbackend[a_]], a_), queue_ev[b_]))
+        lo = np.searchsorted(seq[order], seq[order], side="left")
+        cnt = np.searchsorted(seq[order], seq[order], side="right") - lo
+        for member, peer in _expand(lo, cnt):  # every (member, member of its call) pair
+            a, b = cm[order[member]], cm[order[peer]]
+            a, b = a[a != b], b[a != b]
+            edges.append((last_queue_op(self.queue_of_backend[self.c_qbackend[a]], a), queue_ev[b]))
         self.edges = [(a[(a >= 0) & (b >= 0)], b[(a >= 0) & (b >= 0)]) for a, b in edges]
 
     # ---------------------------------------------------------------------------------------
@@ -565,8 +561,7 @@ class _Analysis:
         latent = e_hi[oa] + slack <= s_lo[ob]
         inverted = e_hi[ob] + slack <= s_lo[oa]
         verdict = np.where(manifested, 0, np.where(latent, 1, 2))
-        rank = _BASIS_RANK[basis]
-        pair_basis = np.where(rank[oa] >= rank[ob], basis[oa], basis[ob])
+        pair_basis = np.maximum(basis[oa], basis[ob])
         graph = np.where(self.c_graph[ob] >= 0, self.c_graph[ob], self.c_graph[oa])
         cols = {"cls": cls, "acc_a": pa, "acc_b": pb, "ord_a": oa, "ord_b": ob,
                 "manifested": manifested, "inverted": inverted,
@@ -603,7 +598,7 @@ class _Analysis:
             "margin_ns": occ["margin_ns"].where(occ["verdict"] == 1).groupby(occ["key"]).min(),
             # manifested if any occurrence proves it, latent if every one does, else undetermined
             "verdict": g["verdict"].min().where(g["verdict"].min() == 0, g["verdict"].max()),
-            "basis": _weakest_basis(occ["basis"].to_numpy(np.int64), occ["key"].to_numpy()),
+            "basis": g["basis"].max(),
         })
         first = occ.drop_duplicates("key", keep="first").set_index("key")
         last = occ.drop_duplicates("key", keep="last").set_index("key")
@@ -678,12 +673,6 @@ class _Analysis:
         out["verdict"] = np.array(VERDICTS, dtype=object)[verdict].tolist()
         out["basis"] = np.array(BASES, dtype=object)[agg["basis"].to_numpy(np.int64)].tolist()
         return pd.DataFrame({c: pd.Series(out[c], dtype=_dtype(c)) for c in FINDING_COLUMNS})
-
-
-def _weakest_basis(basis: np.ndarray, key: np.ndarray) -> pd.Series:
-    """Per key, the least certain basis among its occurrences (by _BASIS_RANK)."""
-    worst = pd.Series(_BASIS_RANK[basis]).groupby(key).max()
-    return pd.Series(np.argsort(_BASIS_RANK)[worst.to_numpy()], index=worst.index)
 
 
 def _dtype(column: str):

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from . import hooks as hooks_mod
+from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
 from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, run_guarded, say,
                          say_warnings, shown)
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
@@ -173,8 +174,6 @@ def cmd_builds(args) -> int:
 
 
 def cmd_build_hooks(args) -> int:
-    from .build_hooks import BuildError, build_hooks
-
     try:
         name, lib = build_hooks(args.source, name=args.name, build_dir=args.build_dir, targets=args.targets,
                                 log=lambda line: print(line, file=sys.stderr))
@@ -288,7 +287,7 @@ def main(argv=None) -> int:
     p.add_argument("--build-dir", help="an existing shared-library build of SOURCE (its folder or bin/); "
                    "default: build ggml and the llama programs into build/llama-NAME/")
     p.add_argument("--targets", help="CMake targets to build (default: %s; 'ggml' for ggml alone)"
-                   % "llama-simple llama-completion llama-bench ggml-rpc-server")
+                   % DEFAULT_TARGETS)
     p.set_defaults(fn=cmd_build_hooks)
 
     p = sub.add_parser("register-build", help="use HOOKS for programs that load the ggml in GGML_LIB_DIR")

@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from analysis.load import recorded_env
+
 from . import delay_spec
 from . import hooks as hooks_mod
 from .record import record
@@ -62,7 +64,7 @@ class Recorded:
         argv = [a for a in meta["cmdline"].split("\0") if a != ""]
         if not argv:
             raise ForceError(f"{path}: META cmdline is empty")
-        env = dict(kv.partition("=")[::2] for kv in meta["env"].split("\0") if "=" in kv)
+        env = recorded_env(meta)
         rules = [r for r in meta.get("delay.rules", "").split(";") if r.strip()]
         return cls(argv, meta["cwd"], env, meta.get("hooks_build", ""), rules)
 

@@ -37,6 +37,11 @@ def load_registry() -> dict:
         return {}
 
 
+def _save_registry(reg: dict) -> None:
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    registry_path().write_text(json.dumps(reg, indent=2) + "\n")
+
+
 def register(ggml_lib_dir: str, hooks: str):
     """Remember that programs using the libggml-base in `ggml_lib_dir` take `hooks`."""
     base = Path(ggml_lib_dir) / "libggml-base.so"
@@ -44,8 +49,7 @@ def register(ggml_lib_dir: str, hooks: str):
         raise HooksNotFound(f"no libggml-base.so in {ggml_lib_dir}")
     reg = load_registry()
     reg[str(base.resolve())] = str(Path(hooks).resolve())
-    registry_path().parent.mkdir(parents=True, exist_ok=True)
-    registry_path().write_text(json.dumps(reg, indent=2) + "\n")
+    _save_registry(reg)
 
 
 def register_name(name: str, lib_dir) -> None:
@@ -53,8 +57,7 @@ def register_name(name: str, lib_dir) -> None:
     hooks and the scenario programs."""
     reg = load_registry()
     reg.setdefault(NAMED, {})[name] = str(Path(lib_dir).resolve())
-    registry_path().parent.mkdir(parents=True, exist_ok=True)
-    registry_path().write_text(json.dumps(reg, indent=2) + "\n")
+    _save_registry(reg)
 
 
 def pinned_builds() -> dict:
