@@ -16,7 +16,7 @@ from .trace_file import (
     KIND_IDS, NONE32, RawTrace, display_path, read_trace_file,
 )
 from .trace_file import (CALL_DECLINED, CALL_FAILED, CALL_META_PARENT, DELAY_WHERE_SHIFT, DEVICE_END_LATE,
-                         DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, META_ROLES)
+                         DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, FILE_SNAPSHOT, META_ROLES)
 
 MISSING_STRING = "<missing string>"  # an id that no StringRec defines
 SCHED_NONE = 0xFF
@@ -178,6 +178,7 @@ class Trace:
         self.damage: list[str] = []        # the warnings that say records were lost
         self.closed = True                 # the writer closed the file (the program ended)
         self.not_attached: str | None = None  # why the capture never attached, if it did not
+        self.ring = None                   # a flight recorder's file: the window it holds (analysis/ring.py)
         self.header = header
         self.meta = meta
         self.strings = strings
@@ -197,7 +198,9 @@ class Trace:
         if self.damage:
             parts.append(f"damaged file, data lost ({len(self.damage)} problem(s)): "
                          + self.damage[0].split(": ", 1)[-1])
-        if not self.closed:
+        if self.header.get("file_flags", 0) & FILE_SNAPSHOT:
+            parts.append("a snapshot taken while the program ran")
+        elif not self.closed:
             parts.append("the trace was not closed (the program crashed, was killed or is "
                          "still running)")
         return "; ".join(parts)
@@ -848,6 +851,7 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
               device=device, gpu=gpu, gpu_samples=ld.gpu_samples(),
               delays=ld.delays(calls, device))
     t.damage, t.closed, t.not_attached = list(raw.damage), raw.closed, not_attached
+    t.ring = raw.ring
     return t
 
 

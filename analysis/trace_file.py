@@ -22,6 +22,9 @@ CHUNK_SIZE = 64 * 1024
 CHUNK_MAGIC = 0x4B4E4843  # "CHNK"
 STRING_PIECE = 48
 NONE32 = 0xFFFFFFFF
+# FileHeader.file_flags and ChunkHeader.region (flight recorder: "Ring files" in the docs)
+FILE_RING, FILE_CLOSED, FILE_SNAPSHOT = 0x1, 0x2, 0x4
+CHUNK_RING, CHUNK_KEPT = 0, 1
 
 # RecordType
 REC_NONE, REC_STRING, REC_META, REC_THREAD, REC_BACKEND = 0, 1, 2, 3, 4
@@ -75,16 +78,19 @@ def _struct(itemsize: int, fields: list[tuple[str, str, int]]) -> np.dtype:
                      "offsets": list(offsets), "itemsize": itemsize})
 
 
-FILE_HEADER_DTYPE = _struct(128, [
+FILE_HEADER_DTYPE = _struct(160, [
     ("magic", "S8", 0), ("version", "<u4", 8), ("header_size", "<u4", 12),
     ("record_size", "<u4", 16), ("chunk_size", "<u4", 20),
     ("t0_monotonic_ns", "<u8", 24), ("t0_realtime_ns", "<u8", 32),
     ("t0_ticks", "<u8", 40), ("ns_per_tick", "<f8", 48),
     ("pid", "<u4", 56), ("backend_api_version", "<u4", 60), ("hooks_build", "S64", 64),
+    ("file_flags", "<u4", 128), ("ring_keep_ns", "<u8", 136), ("ring_max_bytes", "<u8", 144),
+    ("snapshot_ns", "<u8", 152),
 ])
 
 CHUNK_HEADER_DTYPE = _struct(64, [
-    ("magic", "<u4", 0), ("thread", "<u4", 4), ("chunk_index", "<u8", 8),  # pad[48] at 16
+    ("magic", "<u4", 0), ("thread", "<u4", 4), ("chunk_index", "<u8", 8),
+    ("t_claim", "<u8", 16), ("ordinal", "<u4", 24), ("region", "u1", 28),  # pad[35] at 29
 ])
 
 STRING_DTYPE = _struct(64, [
@@ -188,6 +194,7 @@ class RawTrace:
     warnings: list[str] = field(default_factory=list)
     damage: list[str] = field(default_factory=list)  # the warnings that say data was lost
     closed: bool = True         # no unused chunks: the writer closed (trimmed) the file
+    ring: "RingWindow | None" = None  # a flight recorder's file: the window it holds (analysis/ring.py)
 
     @property
     def n_records(self) -> int:
@@ -268,6 +275,10 @@ def _parse_header(data: np.ndarray, path: str) -> dict:
         "pid": int(h["pid"]),
         "backend_api_version": int(h["backend_api_version"]),
         "hooks_build": bytes(h["hooks_build"]).split(b"\0", 1)[0].decode("utf-8", "replace"),
+        "file_flags": int(h["file_flags"]),
+        "ring_keep_ns": int(h["ring_keep_ns"]),
+        "ring_max_bytes": int(h["ring_max_bytes"]),
+        "snapshot_ns": int(h["snapshot_ns"]),
     }
     if header["version"] != FORMAT_VERSION:
         raise TraceFormatError(
@@ -388,6 +399,12 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     except OSError as e:
         raise TraceFormatError(f"{display_path(path)}: cannot read: {e}") from e
     header = _parse_header(data, display_path(path))
+    if header["file_flags"] & FILE_RING and not header["file_flags"] & (FILE_CLOSED | FILE_SNAPSHOT):
+        # A ring that may still be written: chunks can be recycled under the reader.
+        from .ring import settled_blocks
+
+        with open(path, "rb") as f:
+            data = np.concatenate([data[:HEADER_SIZE]] + [b for b, _ in settled_blocks(f.fileno())])
 
     body = data[HEADER_SIZE:]
     n = len(body) // RECORD_SIZE  # a record cut by the end of the file is ignored
@@ -416,8 +433,12 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
             raise TraceFormatError(msg + "; --lenient (strict=False) loads the rest")
         raw.warnings.append(msg)
         raw.damage.append(msg)
-    # The writer trims unused chunks when it closes the file: any left mean it never closed.
-    raw.closed = len(raw.chunks) + n_bad >= -(-n // (CHUNK_SIZE // RECORD_SIZE))
+    # The writer trims unused chunks when it closes the file: any left mean it never closed. A ring
+    # has none to leave (it recycles them): its header says whether it was closed.
+    if header["file_flags"] & FILE_RING:
+        raw.closed = bool(header["file_flags"] & FILE_CLOSED)
+    else:
+        raw.closed = len(raw.chunks) + n_bad >= -(-n // (CHUNK_SIZE // RECORD_SIZE))
     types = np.where(valid, types, 0).astype(np.uint8)
 
     unknown = types > MAX_RECORD_TYPE
@@ -451,7 +472,10 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
         for p in problems:
             raw.warnings.append(f"{shown}: {p} dropped")
             raw.damage.append(raw.warnings[-1])
-    if not raw.closed:
+    if header["file_flags"] & FILE_SNAPSHOT:
+        raw.warnings.append(f"{shown}: a snapshot taken while the program ran; what it did "
+                            "afterwards is not in it")
+    elif not raw.closed:
         raw.warnings.append(f"{shown}: the trace was not closed: the program crashed, was killed "
                             "or is still running; events after the last recorded one are unknown")
     parts = {rtype: p.recs for rtype, p in checked.items()}
@@ -468,4 +492,9 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     raw.samples = parts[REC_SAMPLE]
     raw.nest = parts[REC_NEST]
     raw.strings = _assemble_strings(raw.string_recs)
+    if header["file_flags"] & FILE_RING:
+        from .ring import cut_to_window
+
+        raw.ring = cut_to_window(raw)
+        raw.warnings.append(f"{shown}: {raw.ring.describe()}")  # what the views show is a window
     return raw

@@ -326,7 +326,7 @@ void hook_clear(ggml_backend_buffer_t buffer, uint8_t value) {
 void write_buffer_record(ggml_backend_buffer_t buffer, uint8_t event) {
     ggml_backend_buffer_type_t buft = buffer->buft;
     uint64_t name = buft ? intern(g_api.buft_name(buft)) : 0;
-    BufferRec * r = (BufferRec *) reserve_record();
+    BufferRec * r = (BufferRec *) reserve_kept_record();
     if (!r) {
         return;
     }
@@ -821,7 +821,7 @@ void write_backend_record(BackendEntry & e, ggml_backend_t backend) {
     }
     r.has_async = has_async(e.orig);
     r.t = now_ticks();
-    BackendRec * out = (BackendRec *) reserve_record();
+    BackendRec * out = (BackendRec *) reserve_kept_record();
     if (out) {
         memcpy((uint8_t *) out + 1, (uint8_t *) &r + 1, sizeof(r) - 1);
         commit_record(out, REC_BACKEND);
@@ -997,6 +997,32 @@ void write_ggml_meta() {
     }
 }
 
+// The flight recorder's settings (`ggml-trace record --ring`, which checks them): a value that
+// does not parse is reported and ignored, and the file is written straight through.
+RingConfig ring_config() {
+    RingConfig ring;
+    const char * seconds = getenv("GGML_TRACE_RING_SECONDS");
+    const char * bytes = getenv("GGML_TRACE_RING_BYTES");
+    char * end = nullptr;
+    if (seconds && *seconds) {
+        double s = strtod(seconds, &end);
+        if (*end || !(s > 0) || s > 1e6) {
+            fprintf(stderr, "ggml-trace: GGML_TRACE_RING_SECONDS=%s is not a number of seconds; no ring\n", seconds);
+            return RingConfig();
+        }
+        ring.keep_ns = (uint64_t) (s * 1e9);
+    }
+    if (bytes && *bytes) {
+        unsigned long long b = strtoull(bytes, &end, 10);
+        if (*end || b == 0) {
+            fprintf(stderr, "ggml-trace: GGML_TRACE_RING_BYTES=%s is not a number of bytes; no ring\n", bytes);
+            return RingConfig();
+        }
+        ring.max_bytes = b;
+    }
+    return ring;
+}
+
 // Opens the trace file named by GGML_TRACE_OUTPUT. If another process of the same run already
 // took that name (a program that starts another traced program), this one writes NAME.PID.
 bool open_output(const char * path) {
@@ -1008,7 +1034,7 @@ bool open_output(const char * path) {
     } else {
         close(fd);
     }
-    return writer_open(path, GGML_TRACE_HOOKS_BUILD, GGML_BACKEND_API_VERSION);
+    return writer_open(path, GGML_TRACE_HOOKS_BUILD, GGML_BACKEND_API_VERSION, ring_config());
 }
 
 void at_exit() {
@@ -1318,7 +1344,7 @@ void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
         c.r.backend = backend_of_buffer(buffer);
         c.r.obj = (uint64_t) (uintptr_t) buffer;
         c.r.arg = buffer->size;
-        BufferRec * r = (BufferRec *) reserve_record();
+        BufferRec * r = (BufferRec *) reserve_kept_record();
         if (r) {
             r->event = BUF_FREED;
             r->thread = thread_index();

@@ -31,14 +31,31 @@ struct FileHeader {
     uint32_t pid;
     uint32_t backend_api_version; // GGML_BACKEND_API_VERSION the hooks were compiled against
     char     hooks_build[64];     // ggml source the hooks were compiled against (e.g. "b10531")
+    // Flight recorder (docs/trace-format.md, "Ring files"); all zero in a file written straight through.
+    uint32_t file_flags;          // FILE_RING, FILE_CLOSED, FILE_SNAPSHOT
+    uint32_t reserved0;
+    uint64_t ring_keep_ns;        // a ring keeps at least this much of the recent past (0: size rule only)
+    uint64_t ring_max_bytes;      // and grows to at most this many bytes of ring chunks
+    uint64_t snapshot_ns;         // FILE_SNAPSHOT: CLOCK_MONOTONIC when the copy was taken
 };
+
+static const uint32_t FILE_RING     = 0x1;  // chunks are recycled, oldest first; order by chunk_index
+static const uint32_t FILE_CLOSED   = 0x2;  // a ring's writer closed the file (a plain file says so by its size)
+static const uint32_t FILE_SNAPSHOT = 0x4;  // a copy of a file taken while its writer ran (tracer/snapshot.py)
 
 struct ChunkHeader {              // first 64 bytes of every chunk
     uint32_t magic;
     uint32_t thread;              // thread index (see THREAD records)
-    uint64_t chunk_index;
-    uint8_t  pad[48];
+    uint64_t chunk_index;         // position in the file; in a ring, the order chunks were claimed in
+    // Ring files only (zero otherwise):
+    uint64_t t_claim;             // record clock when the thread claimed the chunk
+    uint32_t ordinal;             // the thread's how-manieth ring chunk (0 = its first)
+    uint8_t  region;              // CHUNK_RING or CHUNK_KEPT
+    uint8_t  pad[35];
 };
+
+static const uint8_t CHUNK_RING = 0;  // recycled once older than the ring keeps
+static const uint8_t CHUNK_KEPT = 1;  // never recycled: strings, metadata, threads, backends, buffers
 
 enum RecordType : uint8_t {
     REC_NONE    = 0,  // unwritten space

@@ -9,6 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <stddef.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -24,6 +26,31 @@ const uint64_t SEGMENT_BYTES      = CHUNKS_PER_SEGMENT * CHUNK_SIZE;
 const uint64_t MAX_SEGMENTS       = 1 << 16;  // 256 GiB of trace
 const uint64_t CLOSED             = 1ull << 62;
 const size_t   STRING_CACHE       = 4096;  // per-thread cache of strings already written
+const uint64_t NO_CHUNK           = ~0ull;
+// Flight recorder: a ring never shrinks below this many chunks (4 MiB), so that every thread
+// can own one while the others recycle.
+const uint64_t RING_MIN_CHUNKS    = 64;
+const uint64_t KEPT_MAX_CHUNKS    = 4096;     // 256 MiB of strings and metadata, then they go to the ring
+const size_t   KEPT_STRING_SLOTS  = 1 << 20;  // ids of the strings in the kept region (8 MiB, untouched unless a ring)
+
+// The flight recorder's state (GGML_TRACE_RING_*): ring chunks are recycled oldest-released
+// first once they are older than `keep_ticks` or the ring has reached `max_chunks`. Records that
+// a reader needs whatever the window (strings, metadata, threads, backends, buffers) go to kept
+// chunks, which are never recycled. Chunk claims take `mutex`: once per 1023 records.
+struct Ring {
+    bool on = false;
+    uint64_t keep_ticks = 0;
+    uint64_t max_chunks = 0;
+    std::mutex mutex;
+    uint64_t n_chunks = 0;          // ring positions made so far (guarded by mutex)
+    // Released ring chunks in release order (guarded by mutex): position and release time.
+    uint64_t * fifo_pos = nullptr;
+    uint64_t * fifo_t = nullptr;
+    uint64_t fifo_cap = 0, fifo_head = 0, fifo_len = 0;
+    std::atomic<uint64_t> next_seq{0};
+    std::atomic<uint64_t> kept_chunks{0};
+    std::atomic<uint64_t> kept_ids[KEPT_STRING_SLOTS];
+};
 
 struct Writer {
     int fd = -1;
@@ -43,6 +70,7 @@ struct Writer {
     std::atomic<uint64_t> last_sync_ticks{0};
     uint64_t sync_interval_ticks = 0;
     double ns_per_tick = 1.0;
+    Ring ring;
 };
 
 Writer g_writer;
@@ -50,12 +78,22 @@ Writer g_writer;
 struct ThreadState {
     uint8_t * cur = nullptr;
     uint8_t * end = nullptr;
+    uint8_t * kept_cur = nullptr;   // ring files: this thread's kept chunk
+    uint8_t * kept_end = nullptr;
+    uint64_t ring_pos = NO_CHUNK;   // ring files: the position of the ring chunk `cur` is in
+    uint32_t ring_ordinal = 0;      // ring chunks this thread claimed so far
     uint32_t thread = NONE32;
     uint64_t calls = 0;
     uint64_t strings[STRING_CACHE] = {0};
 };
 
 thread_local ThreadState t_state;
+
+// Gives a thread's ring chunk back when the thread ends, so that the ring can recycle it.
+struct RingRelease {
+    ~RingRelease();
+};
+thread_local RingRelease t_ring_release;
 
 // Maps segments up to and including `seg`. Slow path: once per 4 MiB of trace.
 bool ensure_segment(uint64_t seg) {
@@ -132,31 +170,147 @@ void request_ahead(uint64_t chunk_index) {
     g_writer.ahead_cv.notify_one();
 }
 
-bool new_chunk(ThreadState & ts) {
-    if (!g_writer.open.load(std::memory_order_acquire) || g_writer.pid != getpid()) {
-        return false;
-    }
+bool writing() { return g_writer.open.load(std::memory_order_acquire) && g_writer.pid == getpid(); }
+
+// A new position at the end of the file (grown and mapped as needed), or NO_CHUNK.
+uint64_t new_position() {
     uint64_t idx = g_writer.next_chunk.fetch_add(1, std::memory_order_relaxed);
     if (idx >= CLOSED || !ensure_segment(idx / CHUNKS_PER_SEGMENT)) {
+        return NO_CHUNK;
+    }
+    request_ahead(idx);
+    return idx;
+}
+
+uint8_t * chunk_at(uint64_t pos) {
+    uint8_t * seg = g_writer.segments[pos / CHUNKS_PER_SEGMENT].load(std::memory_order_acquire);
+    return seg + (pos % CHUNKS_PER_SEGMENT) * CHUNK_SIZE;
+}
+
+// Publishes a chunk header: its fields first, the magic last (a reader skips a chunk without it).
+uint8_t * start_chunk(uint64_t pos, uint32_t thread, uint64_t index, uint64_t t_claim, uint32_t ordinal,
+                      uint8_t region) {
+    uint8_t * chunk = chunk_at(pos);
+    ChunkHeader * h = (ChunkHeader *) chunk;
+    h->thread = thread;
+    h->chunk_index = index;
+    h->t_claim = t_claim;
+    h->ordinal = ordinal;
+    h->region = region;
+    __atomic_store_n(&h->magic, CHUNK_MAGIC, __ATOMIC_RELEASE);
+    return chunk;
+}
+
+bool new_chunk(ThreadState & ts) {
+    if (!writing()) {
+        return false;
+    }
+    uint64_t idx = new_position();
+    if (idx == NO_CHUNK) {
         ts.cur = ts.end = nullptr;
         return false;
     }
-    request_ahead(idx);
-    uint8_t * seg = g_writer.segments[idx / CHUNKS_PER_SEGMENT].load(std::memory_order_acquire);
-    uint8_t * chunk = seg + (idx % CHUNKS_PER_SEGMENT) * CHUNK_SIZE;
-    ChunkHeader * h = (ChunkHeader *) chunk;
-    h->thread = ts.thread;
-    h->chunk_index = idx;
-    __atomic_store_n(&h->magic, CHUNK_MAGIC, __ATOMIC_RELEASE);
+    uint8_t * chunk = start_chunk(idx, ts.thread, idx, 0, 0, CHUNK_RING);
     ts.cur = chunk + RECORD_SIZE;
     ts.end = chunk + CHUNK_SIZE;
     return true;
 }
 
+void ring_release_locked(uint64_t pos, uint64_t t) {
+    Ring & ring = g_writer.ring;
+    uint64_t at = (ring.fifo_head + ring.fifo_len) % ring.fifo_cap;
+    ring.fifo_pos[at] = pos;
+    ring.fifo_t[at] = t;
+    ring.fifo_len++;
+}
+
+// Ring files: the next ring chunk of a thread. The oldest released chunk is recycled when the ring
+// is full or that chunk holds nothing newer than the ring keeps; otherwise the ring grows.
+bool new_ring_chunk(ThreadState & ts) {
+    if (!writing()) {
+        return false;
+    }
+    (void) &t_ring_release;  // constructs it, so that it runs when the thread ends
+    Ring & ring = g_writer.ring;
+    uint64_t now = now_ticks();
+    uint64_t pos = NO_CHUNK;
+    {
+        std::lock_guard<std::mutex> lock(ring.mutex);
+        if (ts.ring_pos != NO_CHUNK) {
+            ring_release_locked(ts.ring_pos, now);
+            ts.ring_pos = NO_CHUNK;
+        }
+        bool full = ring.n_chunks >= ring.max_chunks;
+        if (ring.fifo_len > 0 && ring.n_chunks >= RING_MIN_CHUNKS &&
+            (full || now - ring.fifo_t[ring.fifo_head] >= ring.keep_ticks)) {
+            pos = ring.fifo_pos[ring.fifo_head];
+            ring.fifo_head = (ring.fifo_head + 1) % ring.fifo_cap;
+            ring.fifo_len--;
+        } else if (ring.n_chunks < ring.fifo_cap) {  // grows past max_chunks only while every chunk is owned
+            ring.n_chunks++;
+        } else {
+            ts.cur = ts.end = nullptr;
+            return false;
+        }
+    }
+    uint8_t * chunk;
+    if (pos == NO_CHUNK) {
+        pos = new_position();  // fresh space reads as zeros
+        if (pos == NO_CHUNK) {
+            ts.cur = ts.end = nullptr;
+            return false;
+        }
+        chunk = chunk_at(pos);
+    } else {
+        // Unpublish first: a reader (or a crash) in between sees an unused chunk, never a mix.
+        chunk = chunk_at(pos);
+        __atomic_store_n(&((ChunkHeader *) chunk)->magic, 0u, __ATOMIC_RELEASE);
+        memset(chunk + RECORD_SIZE, 0, CHUNK_SIZE - RECORD_SIZE);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+    }
+    uint64_t seq = ring.next_seq.fetch_add(1, std::memory_order_relaxed);
+    start_chunk(pos, ts.thread, seq, now, ts.ring_ordinal++, CHUNK_RING);
+    ts.ring_pos = pos;
+    ts.cur = chunk + RECORD_SIZE;
+    ts.end = chunk + CHUNK_SIZE;
+    return true;
+}
+
+RingRelease::~RingRelease() {
+    ThreadState & ts = t_state;
+    if (ts.ring_pos == NO_CHUNK || !writing()) {
+        return;
+    }
+    std::lock_guard<std::mutex> lock(g_writer.ring.mutex);
+    ring_release_locked(ts.ring_pos, now_ticks());
+    ts.ring_pos = NO_CHUNK;
+    ts.cur = ts.end = nullptr;
+}
+
+// Ring files: each string is written once, to the kept region, by the first thread that claims its
+// id, whatever the threads' caches evict later. A full table writes it again each time (readers
+// keep the first copy of a string).
+enum class KeptString { CLAIMED, KNOWN, TABLE_FULL };
+
+KeptString claim_kept_string(uint64_t id) {
+    std::atomic<uint64_t> * ids = g_writer.ring.kept_ids;
+    for (size_t i = 0; i < 64; i++) {
+        std::atomic<uint64_t> & slot = ids[(id + i) % KEPT_STRING_SLOTS];
+        uint64_t seen = slot.load(std::memory_order_relaxed);
+        if (seen == 0 && slot.compare_exchange_strong(seen, id, std::memory_order_relaxed)) {
+            return KeptString::CLAIMED;
+        }
+        if (seen == id) {  // (the compare-exchange loads `seen` when another thread won the slot)
+            return KeptString::KNOWN;
+        }
+    }
+    return KeptString::TABLE_FULL;
+}
+
 void write_string_pieces(uint64_t id, const char * s, size_t len) {
     size_t n_pieces = len == 0 ? 1 : (len + STRING_PIECE - 1) / STRING_PIECE;
     for (size_t p = 0; p < n_pieces; p++) {
-        StringRec * r = (StringRec *) reserve_record();
+        StringRec * r = (StringRec *) reserve_kept_record();
         if (!r) {
             return;
         }
@@ -175,11 +329,40 @@ void after_fork_in_child() {
     // The mapping is shared with the parent's file: the child must not write into it.
     g_writer.open.store(false, std::memory_order_release);
     t_state.cur = t_state.end = nullptr;
+    t_state.kept_cur = t_state.kept_end = nullptr;
 }
 
 }  // namespace
 
-bool writer_open(const char * path, const char * hooks_build, uint32_t api_version) {
+// Ring files: a slot in the calling thread's kept chunk (a ring slot once the kept region is full).
+void * reserve_kept_record() {
+    ThreadState & ts = t_state;
+    if (!g_writer.ring.on) {
+        return reserve_record();
+    }
+    if (ts.thread == NONE32) {
+        thread_index();
+    }
+    if (ts.kept_cur == ts.kept_end) {
+        if (!writing() ||
+            g_writer.ring.kept_chunks.fetch_add(1, std::memory_order_relaxed) >= KEPT_MAX_CHUNKS) {
+            return reserve_record();
+        }
+        uint64_t pos = new_position();
+        if (pos == NO_CHUNK) {
+            return nullptr;
+        }
+        uint64_t seq = g_writer.ring.next_seq.fetch_add(1, std::memory_order_relaxed);
+        uint8_t * chunk = start_chunk(pos, ts.thread, seq, now_ticks(), 0, CHUNK_KEPT);
+        ts.kept_cur = chunk + RECORD_SIZE;
+        ts.kept_end = chunk + CHUNK_SIZE;
+    }
+    void * r = ts.kept_cur;
+    ts.kept_cur += RECORD_SIZE;
+    return r;
+}
+
+bool writer_open(const char * path, const char * hooks_build, uint32_t api_version, const RingConfig & ring) {
     if (g_writer.open.load()) {
         return true;
     }
@@ -213,6 +396,21 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     h.pid = (uint32_t) getpid();
     h.backend_api_version = api_version;
     snprintf(h.hooks_build, sizeof(h.hooks_build), "%s", hooks_build);
+    if (ring.keep_ns > 0 || ring.max_bytes > 0) {
+        uint64_t max_bytes = ring.max_bytes > 0 ? ring.max_bytes : RING_DEFAULT_MAX_BYTES;
+        Ring & r = g_writer.ring;
+        r.on = true;
+        // keep_ns 0 (a size alone): the size rule alone recycles
+        r.keep_ticks = ring.keep_ns > 0 ? (uint64_t) ((double) ring.keep_ns / h.ns_per_tick) : ~0ull;
+        r.max_chunks = std::max(RING_MIN_CHUNKS, max_bytes / CHUNK_SIZE);
+        // room for a chunk owned by each of up to 1024 threads beyond the limit (never allocated again)
+        r.fifo_cap = r.max_chunks + 1024;
+        r.fifo_pos = new uint64_t[r.fifo_cap];
+        r.fifo_t = new uint64_t[r.fifo_cap];
+        h.file_flags = FILE_RING;
+        h.ring_keep_ns = ring.keep_ns;
+        h.ring_max_bytes = r.max_chunks * CHUNK_SIZE;
+    }
     char page[HEADER_SIZE];
     memset(page, 0, sizeof(page));
     memcpy(page, &h, sizeof(h));
@@ -272,6 +470,13 @@ void writer_close() {
     if (ftruncate(g_writer.fd, (off_t) (HEADER_SIZE + used * CHUNK_SIZE)) != 0) {
         fprintf(stderr, "ggml-trace: could not trim %s: %s\n", g_writer.path, strerror(errno));
     }
+    if (g_writer.ring.on) {
+        // A ring has no unused chunks to tell that it was closed: its header says so.
+        uint32_t flags = FILE_RING | FILE_CLOSED;
+        if (pwrite(g_writer.fd, &flags, sizeof(flags), offsetof(FileHeader, file_flags)) != (ssize_t) sizeof(flags)) {
+            fprintf(stderr, "ggml-trace: could not mark %s closed: %s\n", g_writer.path, strerror(errno));
+        }
+    }
 }
 
 bool writer_reserve(uint64_t bytes) {
@@ -299,7 +504,7 @@ uint32_t thread_index() {
         char name[64] = {0};
         pthread_getname_np(pthread_self(), name, sizeof(name));
         uint64_t name_id = intern(name);
-        ThreadRec * r = (ThreadRec *) reserve_record();
+        ThreadRec * r = (ThreadRec *) reserve_kept_record();
         if (r) {
             r->thread = ts.thread;
             r->t = now_ticks();
@@ -343,7 +548,7 @@ void * reserve_record() {
     if (ts.thread == NONE32) {
         thread_index();  // a new thread: claim an index before its first chunk
     }
-    if (ts.cur == ts.end && !new_chunk(ts)) {
+    if (ts.cur == ts.end && !(g_writer.ring.on ? new_ring_chunk(ts) : new_chunk(ts))) {
         return nullptr;
     }
     void * r = ts.cur;
@@ -387,7 +592,9 @@ uint64_t intern(const char * s, size_t len) {
     }
     uint64_t & slot = t_state.strings[id % STRING_CACHE];
     if (slot != id) {
-        write_string_pieces(id, s, len);
+        if (!g_writer.ring.on || claim_kept_string(id) != KeptString::KNOWN) {
+            write_string_pieces(id, s, len);
+        }
         slot = id;
     }
     return id;
@@ -398,7 +605,7 @@ uint64_t intern(const char * s) { return s ? intern(s, strlen(s)) : 0; }
 void write_meta(const char * key, const char * value, size_t value_len) {
     uint64_t k = intern(key);
     uint64_t v = intern(value, value_len);
-    MetaRec * r = (MetaRec *) reserve_record();
+    MetaRec * r = (MetaRec *) reserve_kept_record();
     if (!r) {
         return;
     }

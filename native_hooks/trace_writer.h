@@ -27,8 +27,16 @@ inline uint64_t now_ticks() {
 #endif
 }
 
+// Flight recorder (GGML_TRACE_RING_SECONDS / _BYTES): keep the recent past in a bounded file.
+// Both zero: write straight through. keep_ns alone: a ring of up to RING_DEFAULT_MAX_BYTES.
+struct RingConfig {
+    uint64_t keep_ns = 0;    // recycle no chunk that holds anything younger than this
+    uint64_t max_bytes = 0;  // and let the ring's chunks take at most this much of the file
+};
+static const uint64_t RING_DEFAULT_MAX_BYTES = 1ull << 30;
+
 // Opens (creates) the trace file. `hooks_build` names the ggml source the hooks were built for.
-bool writer_open(const char * path, const char * hooks_build, uint32_t api_version);
+bool writer_open(const char * path, const char * hooks_build, uint32_t api_version, const RingConfig & ring = RingConfig());
 // Stops further writes and trims the file to the chunks in use. Safe to call more than once.
 void writer_close();
 bool writer_is_open();
@@ -50,6 +58,9 @@ uint64_t next_call_id();
 
 // Returns a zeroed 64-byte slot in the calling thread's chunk, or nullptr if tracing stopped.
 void * reserve_record();
+// The same, for records every window of a flight recorder needs (strings, metadata, threads,
+// backends, buffers): a ring never recycles them. Without a ring, reserve_record().
+void * reserve_kept_record();
 // Publishes a filled record: stores its type byte last, with release order.
 void commit_record(void * rec, uint8_t type);
 

@@ -68,6 +68,17 @@ def flush():
         lib.ggml_trace_flush()
 
 
+def snapshot(out: str | None = None) -> str:
+    """Keeps a copy of this process's trace as it is now (a flight recorder's window), at `out`
+    or TRACE.snapshot-N.ggmltrace beside the trace; returns its path ("" outside a trace)."""
+    path = output_path()
+    if not path:
+        return ""
+    from . import snapshots  # numpy and the format: only when asked
+
+    return str(snapshots.take(path, out).path)
+
+
 def mark(name: str):
     """An instant event on the calling thread's timeline."""
     if lib := _hooks():

@@ -10,7 +10,8 @@ from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
 from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, run_guarded, say,
                          say_warnings, shown)
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
-from .record import record
+from . import snapshots
+from .record import record, ring_env
 from analysis.allreduce import describe as describe_allreduce
 from analysis.build_info import describe as describe_build
 
@@ -41,9 +42,22 @@ def cmd_record(args) -> int:
                                    ("GGML_TRACE_CUPTI", args.cupti)) if on}
     if timing:
         env = dict(env or os.environ, **timing)
+    if args.ring:
+        try:
+            env = dict(env or os.environ, **ring_env(args.ring, args.ring_max))
+        except ValueError as e:
+            print(f"ggml-trace record: {e}", file=sys.stderr)
+            return 2
+    elif args.ring_max:
+        print("ggml-trace record: --ring-max goes with --ring SECONDS", file=sys.stderr)
+        return 2
+    if args.check and args.check_every <= 0:
+        print("ggml-trace record: --check-every must be above 0", file=sys.stderr)
+        return 2
     try:
         rec = record(args.cmd, lib, Path(args.output), paused=args.paused, env=env, nvml=args.nvml,
-                     nvml_interval_ms=args.nvml_interval_ms, delays=args.delay)
+                     nvml_interval_ms=args.nvml_interval_ms, delays=args.delay, check=args.check,
+                     check_every=args.check_every, on_snapshot=_say_snapshot)
     except DelaySpecError as e:
         print(f"ggml-trace record: {e} (see docs/delay.md)", file=sys.stderr)
         return 2
@@ -60,6 +74,26 @@ def cmd_record(args) -> int:
     if rec.nvml:
         print(f"ggml-trace: {rec.nvml}", file=sys.stderr)
     return rec.returncode if rec.returncode >= 0 else 128 - rec.returncode
+
+
+def _say_snapshot(snap, why: str):
+    if isinstance(snap, str):
+        say(f"ggml-trace: {why}: no snapshot: {printable(snap)}")
+    else:
+        say(f"ggml-trace: {why}: snapshot {shown(snap.path)} ({snap.chunks} chunks"
+            + (f", {snap.skipped} recycled while read" if snap.skipped else "") + ")")
+
+
+def cmd_snapshot(args) -> int:
+    source = int(args.source) if args.source.isdigit() else Path(args.source)
+    try:
+        snap = snapshots.take(source, args.output)
+    except snapshots.SnapshotError as e:
+        say(f"ggml-trace snapshot: {printable(e)}")
+        return EXIT_BAD_INPUT
+    _say_snapshot(snap, "snapshot")
+    print(snap.path)
+    return 0
 
 
 def cmd_summary(args) -> int:
@@ -225,8 +259,21 @@ def main(argv=None) -> int:
     p.add_argument("--delay", action="append", metavar="SPEC",
                    help="inject a delay before the operations SPEC selects, e.g. "
                         "'VDEV0:graph_compute,split=1:2000' (repeatable; docs/delay.md)")
+    p.add_argument("--ring", metavar="SECONDS|SIZE",
+                   help="flight recorder: keep only the last SECONDS (e.g. 5) or SIZE (e.g. 256M) of the "
+                        "run in a bounded file; metadata and names are always kept (docs/flight-recorder.md)")
+    p.add_argument("--ring-max", metavar="SIZE", help="with --ring SECONDS: the most the ring may take (default 1G)")
+    p.add_argument("--check", metavar="CMD",
+                   help="shell command run every --check-every seconds while the program runs; when it "
+                        "starts failing, a snapshot of the trace is kept (GGML_TRACE_PID is the program's pid)")
+    p.add_argument("--check-every", type=float, default=1.0, metavar="S", help="(default: %(default)g)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     p.set_defaults(fn=cmd_record)
+
+    p = sub.add_parser("snapshot", help="copy the trace of a running program (a flight recorder's window)")
+    p.add_argument("source", help="the traced program's PID, or its trace file")
+    p.add_argument("-o", "--output", help="where (default: TRACE.snapshot-N.ggmltrace beside the trace)")
+    p.set_defaults(fn=cmd_snapshot)
 
     p = sub.add_parser("summary", help="per-backend splits, copies, synchronizations")
     add_reading_args(p)

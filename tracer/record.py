@@ -2,6 +2,7 @@
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ class Recording:
     returncode: int
     traces: list = field(default_factory=list)  # the file named -o, then NAME.PID of other processes
     nvml: str = ""  # what became of the GPU counters, one line ("" when not asked for)
+    snapshots: list = field(default_factory=list)  # snapshot.Snapshot taken while it ran
 
     @property
     def crashed(self) -> bool:
@@ -45,6 +47,39 @@ def clear_traces(output: Path):
         old.unlink(missing_ok=True)
 
 
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'256M', '1G', '512MiB', '4096' -> bytes (binary units)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.I)
+    if not m or float(m[1]) <= 0:
+        raise ValueError(f"{text!r} is not a size (e.g. 256M, 1G)")
+    return int(float(m[1]) * SIZE_UNITS[m[2].upper()])
+
+
+def ring_env(spec: str, max_size: str | None = None) -> dict:
+    """The flight recorder's settings for the hooks: `spec` is how much to keep, a time
+    ('5', '5s', '0.5s': seconds) or a size ('256M'); `max_size` caps a time ring (default 1 GiB).
+    ValueError says what does not parse."""
+    env = {}
+    t = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*s?\s*", spec)
+    if t:
+        if float(t[1]) <= 0:
+            raise ValueError(f"--ring {spec}: the time to keep must be above 0")
+        env["GGML_TRACE_RING_SECONDS"] = t[1]
+        if max_size:
+            env["GGML_TRACE_RING_BYTES"] = str(parse_size(max_size))
+    else:
+        if max_size:
+            raise ValueError(f"--ring {spec} is a size already; --ring-max goes with a time")
+        try:
+            env["GGML_TRACE_RING_BYTES"] = str(parse_size(spec))
+        except ValueError:
+            raise ValueError(f"--ring {spec}: give seconds (5, 0.5s) or a size (256M, 1G)") from None
+    return env
+
+
 def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays=None) -> dict:
     """Environment that makes a program (and the programs it starts) trace into `output`.
     `delays`: delay rules to inject (docs/delay.md), in place of any GGML_TRACE_DELAY the
@@ -63,31 +98,82 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays
 
 
 def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: bool = False,
-           nvml_interval_ms: float = 20.0, delays=None, **popen_kwargs) -> Recording:
+           nvml_interval_ms: float = 20.0, delays=None, check: str | None = None,
+           check_every: float = 1.0, on_snapshot=None, **popen_kwargs) -> Recording:
     """Runs `cmd` to completion under the hooks; signals sent to us are passed on to it.
     `delays`: delay rules (`--delay`), checked before anything runs (DelaySpecError).
 
     nvml=True samples the GPUs' counters while it runs and adds them, with the GPUs' metadata,
-    to every trace file of the run."""
+    to every trace file of the run.
+
+    Snapshots of the run's traces are taken while it runs when we get SIGUSR1, and when the
+    shell command `check` (run every `check_every` seconds, GGML_TRACE_PID set to the program's
+    pid) starts failing; `on_snapshot(snapshot or error text, why)` hears of each."""
     output = Path(output).resolve()
     env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None), delays)
     clear_traces(output)
     sampler = NvmlSampler(nvml_interval_ms) if nvml else None
+    taken = []
     with sampler or contextlib.nullcontext():
         proc = subprocess.Popen(cmd, env=env, **popen_kwargs)
         forwarded = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         for s in forwarded:
             signal.signal(s, lambda signum, frame: proc.send_signal(signum))
+        asked = []
+        old_usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: asked.append(1))
         try:
-            returncode = proc.wait()
+            returncode = _watch(proc, output, asked, check, check_every, taken, on_snapshot)
         finally:
             t_end = time.monotonic_ns()
             for s, handler in forwarded.items():
                 signal.signal(s, handler)
-    rec = Recording(returncode, trace_files(output))
+            signal.signal(signal.SIGUSR1, old_usr1)
+    rec = Recording(returncode, trace_files(output), snapshots=taken)
     if sampler is not None:
         rec.nvml = add_gpu_counters(rec.traces, sampler, t_end)
     return rec
+
+
+def _watch(proc, output: Path, asked: list, check: str | None, every: float, taken: list, on_snapshot) -> int:
+    """Waits for `proc`; meanwhile takes the snapshots asked for (SIGUSR1, a failing check)."""
+    from . import snapshots
+
+    def snap(why: str):
+        for path in trace_files(output):
+            try:
+                s = snapshots.take(path)
+                taken.append(s)
+                if on_snapshot:
+                    on_snapshot(s, why)
+            except snapshots.SnapshotError as e:
+                if on_snapshot:
+                    on_snapshot(str(e), why)
+
+    failing = False
+    next_check = time.monotonic() + every
+    while True:
+        try:
+            return proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            pass
+        if asked:
+            asked.clear()
+            snap("SIGUSR1")
+        if check and time.monotonic() >= next_check:
+            rc = _run_check(check, proc.pid, timeout=max(60.0, 10 * every))
+            if rc != 0 and not failing and proc.poll() is None:
+                snap(f"check failed ({rc})" if rc is not None else "check timed out")
+            failing = rc != 0
+            next_check = time.monotonic() + every
+
+
+def _run_check(check: str, pid: int, timeout: float) -> int | None:
+    """The check's exit status (None: it ran past `timeout` and was killed)."""
+    try:
+        return subprocess.run(check, shell=True, env=dict(os.environ, GGML_TRACE_PID=str(pid)),
+                              timeout=timeout, stdout=subprocess.DEVNULL).returncode
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
@@ -113,7 +199,10 @@ def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
     stored, failed = 0, []
     for path in traces:
         try:
-            t0 = read_header(path)["t0_monotonic_ns"]
+            header = read_header(path)
+            t0 = header["t0_monotonic_ns"]
+            if header["ring_keep_ns"]:  # a flight recorder keeps the recent past: so do its counters
+                t0 = max(t0, t_end_ns - 2 * header["ring_keep_ns"])
             mine = samples.between(t0, t_end_ns) if samples is not None else None
             append(path, meta, mine)
             stored = max(stored, len(mine) if mine is not None else 0)

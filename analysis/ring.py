@@ -1,0 +1,194 @@
+"""The window a flight-recorder (ring) file holds, and the cut that makes it consistent.
+
+A ring recycles its oldest chunks (docs/trace-format.md, "Ring files"), so each thread lost its
+records up to some point, and not the same point for every thread. Every record younger than the
+latest of those points survived on every thread: that is the window. Records before it are cut,
+with every graph that began before it (its placements or some of its calls may be gone) and every
+record that belonged to a cut call (accesses, placements, nesting, device-side execution).
+Strings, metadata, threads, backends and buffers live in chunks a ring never recycles; they stay.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import os
+
+import numpy as np
+
+from .trace_file import (CHUNK_KEPT, CHUNK_MAGIC, CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING,
+                         FILE_SNAPSHOT, GPU_API, GPU_CORRELATION, HEADER_SIZE, KIND_IDS, NONE32,
+                         RECORD_SIZE, RawTrace)
+
+CALL_ID_COUNTER = (1 << 40) - 1
+BLOCK_CHUNKS = 1024  # settled_blocks reads 64 MiB at a time: bounded memory whatever the file's size
+SLOTS = CHUNK_SIZE // RECORD_SIZE  # call_id = thread << 40 | the thread's call counter
+
+
+@dataclass
+class RingWindow:
+    """What a ring file kept: times in ns since the header's t0_monotonic_ns."""
+    keep_ns: int                 # the ring keeps at least this much of the recent past (0: size alone)
+    max_bytes: int               # ring chunks take at most this much of the file
+    start_ns: int | None         # the window's start; None when the ring never wrapped (nothing lost)
+    end_ns: int | None           # the latest record time in the window
+    closed: bool                 # the writer closed the file
+    snapshot_ns: int | None      # a copy taken while the writer ran: when
+    ring_chunks: int
+    kept_chunks: int
+    cut: dict                    # records cut for lying before the window, per record kind
+
+    def describe(self) -> str:
+        span = ((self.end_ns - self.start_ns) / 1e9 if self.start_ns is not None and self.end_ns is not None
+                else None)
+        size = f"{self.ring_chunks} ring + {self.kept_chunks} kept chunks"
+        rule = f"keeps {self.keep_ns / 1e9:g} s" if self.keep_ns else "size rule only"
+        if span is None:
+            head = f"flight recorder ({rule}, {size}): the ring never wrapped, the whole run is here"
+        else:
+            head = (f"flight recorder ({rule}, {size}): window of the last {span:.3f} s "
+                    f"(from {self.start_ns / 1e9:.3f} s)")
+        if self.snapshot_ns is not None:
+            head += f"; snapshot taken at {self.snapshot_ns / 1e9:.3f} s while the program ran"
+        cut = sum(self.cut.values())
+        return head + (f"; {cut} records before the window left out" if cut else "")
+
+
+def is_ring(header: dict) -> bool:
+    return bool(header.get("file_flags", 0) & FILE_RING)
+
+
+def cut_to_window(raw: RawTrace) -> RingWindow:
+    """Cuts a ring file's records to its window (in place) and says what it holds."""
+    flags = raw.header["file_flags"]
+    chunks = raw.chunks
+    ring = chunks[chunks["region"] == CHUNK_RING]
+    start = _window_start(ring)
+    clock = raw.clock()
+    start_ns = int(clock.to_ns(np.array([start]))[0]) if start is not None else None
+    cut = _cut(raw, start, start_ns) if start is not None else {}
+    ends = [clock.to_ns(raw.calls["t_end"]).max()] if len(raw.calls) else []
+    t0 = raw.header["t0_monotonic_ns"]
+    snap = raw.header["snapshot_ns"] - t0 if flags & FILE_SNAPSHOT and raw.header["snapshot_ns"] else None
+    return RingWindow(
+        keep_ns=raw.header["ring_keep_ns"], max_bytes=raw.header["ring_max_bytes"],
+        start_ns=start_ns,
+        end_ns=int(ends[0]) if ends else None, closed=bool(flags & FILE_CLOSED), snapshot_ns=snap,
+        ring_chunks=len(ring), kept_chunks=int((chunks["region"] == CHUNK_KEPT).sum()), cut=cut)
+
+
+def _window_start(ring: np.ndarray) -> int | None:
+    """Record-clock time from which every thread's ring records survive, or None if none were lost.
+
+    A thread's ring chunks are recycled in the order it released them, so what survives of a
+    thread is its newest chunks: from its oldest survivor on, unless a chunk is missing between
+    survivors (one recycled while a live file was being read). A thread whose records survive
+    only from its chunk number k > 0 on lost what it wrote before claiming that chunk."""
+    if len(ring) == 0:
+        return None
+    r = ring[np.lexsort((ring["ordinal"], ring["thread"]))]
+    thread, ordinal = r["thread"], r["ordinal"].astype(np.int64)
+    new_thread = thread[1:] != thread[:-1]
+    gap = ~new_thread & (ordinal[1:] != ordinal[:-1] + 1)
+    starts = np.flatnonzero(np.r_[True, new_thread | gap])  # where an unbroken run of chunks begins
+    last_run = starts[np.r_[thread[starts][1:] != thread[starts][:-1], True]]  # each thread's newest run
+    lossy = last_run[ordinal[last_run] > 0]
+    return int(r["t_claim"][lossy].max()) if len(lossy) else None
+
+
+def _cut(raw: RawTrace, start: int, start_ns: int) -> dict:
+    calls = raw.calls
+    early = calls["t_begin"].astype(np.uint64) < np.uint64(start)
+    graphs = calls["graph"]
+    early_graphs = np.unique(graphs[early & (graphs != NONE32)])
+    drop = early | np.isin(graphs, early_graphs)
+    # device-side work of a host call that is cut goes with it
+    device_exec = calls["kind"] == KIND_IDS["device_exec"]
+    kept_ids = calls["call_id"][~drop].astype(np.uint64)
+    drop |= device_exec & ~np.isin(calls["obj"].astype(np.uint64), kept_ids)
+    kept_ids = calls["call_id"][~drop].astype(np.uint64)
+    cut_ids = calls["call_id"][drop].astype(np.uint64)
+    first_kept = _first_counter_per_thread(kept_ids)
+    counts = {"calls": int(drop.sum())}
+    raw.calls = calls[~drop]
+    for name in ("accesses", "places", "nest"):
+        recs = getattr(raw, name)
+        keep = _belongs_to_window(recs["call_id"].astype(np.uint64), kept_ids, cut_ids, first_kept)
+        counts[name] = int((~keep).sum())
+        setattr(raw, name, recs[keep])
+    gpu = raw.gpu
+    timed = (gpu["kind"] != GPU_CORRELATION) & (gpu["kind"] != GPU_API)
+    t0 = np.uint64(raw.header["t0_monotonic_ns"] + start_ns)
+    keep = ~timed | (gpu["t_begin_ns"] >= t0)
+    counts["gpu"] = int((~keep).sum())
+    raw.gpu = gpu[keep]
+    keep = raw.samples["t_ns"] >= t0
+    counts["samples"] = int((~keep).sum())
+    raw.samples = raw.samples[keep]
+    return {k: v for k, v in counts.items() if v}
+
+
+def _first_counter_per_thread(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(threads ascending, the smallest call counter of each among `ids`): call ids count up per thread."""
+    if len(ids) == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    thread, counter = ids >> np.uint64(40), ids & np.uint64(CALL_ID_COUNTER)
+    order = np.lexsort((counter, thread))
+    thread, counter = thread[order], counter[order]
+    first = np.r_[True, thread[1:] != thread[:-1]]
+    return thread[first], counter[first]
+
+
+def _belongs_to_window(ids: np.ndarray, kept_ids: np.ndarray, cut_ids: np.ndarray, first_kept) -> np.ndarray:
+    """Records of kept calls stay; records of cut calls go. A record whose call has no record at
+    all stays only when it is newer than its thread's first kept call (a call that was still
+    running when the file was read), not when its call was recycled with the ring."""
+    known = np.isin(ids, kept_ids)
+    orphan = ~known & ~np.isin(ids, cut_ids)
+    threads, counters = first_kept
+    thread, counter = ids >> np.uint64(40), ids & np.uint64(CALL_ID_COUNTER)
+    pos = np.searchsorted(threads, thread)
+    has = pos < len(threads)
+    has[has] = threads[pos[has]] == thread[has]
+    newer = np.zeros(len(ids), bool)
+    newer[has] = counter[has] > counters[pos[has]]
+    return known | (orphan & newer)
+
+
+# -- reading a file that is still being written ---------------------------------------------
+
+def settled_blocks(fd: int):
+    """The body of the trace file open at `fd`, while its writer may still write (and a ring
+    recycle) it, as (in-use chunks that were settled, how many in-use chunks were not) per block.
+
+    Each block is read twice and only what did not change in between is kept: a chunk whose
+    header changed was recycled while being read and is left out; a record that changed, or was
+    not there in the first read, becomes the zero that ends its chunk, as an unwritten one would.
+    A file whose writer is gone reads the same twice and comes out whole."""
+    offset = HEADER_SIZE
+    while True:
+        a = _read_block(fd, offset)
+        b = _read_block(fd, offset)
+        n = min(len(a), len(b)) // CHUNK_SIZE
+        if n == 0:
+            return
+        yield _settled_chunks(a[: n * CHUNK_SIZE], b[: n * CHUNK_SIZE])
+        offset += n * CHUNK_SIZE
+        if n < BLOCK_CHUNKS:
+            return
+
+
+def _read_block(fd: int, offset: int) -> np.ndarray:
+    # pread, not a mapping: the writer may trim the file when it closes, which would fault a map
+    return np.frombuffer(os.pread(fd, BLOCK_CHUNKS * CHUNK_SIZE, offset), np.uint8)
+
+
+def _settled_chunks(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
+    ra = a.reshape(-1, SLOTS, RECORD_SIZE)
+    rb = b.reshape(-1, SLOTS, RECORD_SIZE).copy()
+    magic_a = ra[:, 0, :4].copy().view("<u4")[:, 0]
+    magic_b = rb[:, 0, :4].copy().view("<u4")[:, 0]
+    in_use = (magic_a == CHUNK_MAGIC) | (magic_b == CHUNK_MAGIC)
+    stable = (ra[:, 0, :] == rb[:, 0, :]).all(axis=1) & (magic_b == CHUNK_MAGIC)
+    settled = (ra[:, 1:, :] == rb[:, 1:, :]).all(axis=2) & (ra[:, 1:, 0] != 0)
+    rb[:, 1:, 0] = np.where(settled, rb[:, 1:, 0], 0)
+    return rb[stable].reshape(-1), int((in_use & ~stable).sum())

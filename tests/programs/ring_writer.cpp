@@ -1,0 +1,77 @@
+// Writes a flight-recorder (ring) trace from several threads at once, for the ring tests: each
+// thread writes CALL records numbered 0, 1, 2... in `arg` (one ACCESS record after each, naming a
+// tensor out of 5000, so that names keep being evicted from the threads' string caches) until
+// the time is up, with a pause now and then so that the threads write at different rates.
+//   ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [exit|abort]
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "trace_writer.h"
+
+using namespace ggml_trace;
+
+static void write_thread(int t, double seconds, std::atomic<uint64_t> * total) {
+    uint64_t end = monotonic_ns() + (uint64_t) (seconds * 1e9);
+    uint64_t i = 0;
+    char name[32];
+    for (; monotonic_ns() < end; i++) {
+        CallRec * r = (CallRec *) reserve_record();
+        if (!r) break;
+        r->thread = thread_index();
+        r->t_begin = now_ticks();
+        r->kind = K_GRAPH_COMPUTE;
+        r->sched = 0xff;
+        r->call_id = next_call_id();
+        r->backend = NONE32;
+        r->backend2 = NONE32;
+        r->graph = NONE32;
+        r->split = -1;
+        r->arg = i;
+        r->obj = (uint64_t) t;
+        uint64_t id = r->call_id;
+        r->t_end = now_ticks();
+        commit_record(r, REC_CALL);
+        snprintf(name, sizeof(name), "tensor-%d", (int) ((i * 7919 + t) % 5000));
+        uint64_t sid = intern(name);
+        AccessRec * a = (AccessRec *) reserve_record();
+        if (!a) break;
+        a->mode = ACC_READ;
+        a->thread = thread_index();
+        a->call_id = id;
+        a->size = 64;
+        a->tensor = sid;
+        a->op = NONE32;
+        a->index = NONE32;
+        commit_record(a, REC_ACCESS);
+        maybe_clock_sync();
+        if (i % (1000 * (t + 1)) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    *total += i;
+}
+
+int main(int argc, char ** argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [exit|abort]\n");
+        return 2;
+    }
+    RingConfig ring;
+    ring.keep_ns = (uint64_t) (atof(argv[4]) * 1e6);
+    ring.max_bytes = strtoull(argv[5], nullptr, 10);
+    if (!writer_open(argv[1], "ring-writer", 0, ring)) return 1;
+    write_meta("program", "ring-writer", 11);
+    std::atomic<uint64_t> total{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < atoi(argv[3]); t++) ts.emplace_back(write_thread, t, atof(argv[2]), &total);
+    for (auto & t : ts) t.join();
+    printf("calls %llu\n", (unsigned long long) total.load());
+    fflush(stdout);
+    if (argc > 6 && strcmp(argv[6], "abort") == 0) abort();
+    writer_close();
+    return 0;
+}
