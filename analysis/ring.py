@@ -17,7 +17,7 @@ import numpy as np
 
 from .trace_file import (CHUNK_KEPT, CHUNK_MAGIC, CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING,
                          FILE_SNAPSHOT, GPU_API, GPU_CORRELATION, HEADER_SIZE, KIND_IDS, NONE32,
-                         RECORD_SIZE, RawTrace)
+                         RECORD_SIZE, RawTrace, TickClock)
 
 CALL_ID_COUNTER = (1 << 40) - 1
 BLOCK_CHUNKS = 1024  # settled_blocks reads 64 MiB at a time: bounded memory whatever the file's size
@@ -156,25 +156,41 @@ def _belongs_to_window(ids: np.ndarray, kept_ids: np.ndarray, cut_ids: np.ndarra
 
 # -- reading a file that is still being written ---------------------------------------------
 
+def claimed_after(chunks: np.ndarray, clocks: np.ndarray, header: dict, taken_ns: int) -> np.ndarray:
+    """Which chunks (CHUNK_HEADER_DTYPE) a thread claimed after CLOCK_MONOTONIC `taken_ns`, when a
+    copy of a file being written began (settled_blocks): a copy leaves them out, because the
+    chunk before such a chunk in its thread may have been read before it was full."""
+    claimed = TickClock.from_trace(header, clocks).to_ns(chunks["t_claim"])
+    return (chunks["t_claim"] != 0) & (claimed > taken_ns - header["t0_monotonic_ns"])
+
+
 def settled_blocks(fd: int):
     """The body of the trace file open at `fd`, while its writer may still write (and a ring
     recycle) it, as (in-use chunks that were settled, how many in-use chunks were not) per block.
 
-    Each block is read twice and only what did not change in between is kept: a chunk whose
-    header changed was recycled while being read and is left out; a record that changed, or was
-    not there in the first read, becomes the zero that ends its chunk, as an unwritten one would.
-    A file whose writer is gone reads the same twice and comes out whole."""
-    offset = HEADER_SIZE
-    while True:
-        a = _read_block(fd, offset)
-        b = _read_block(fd, offset)
-        n = min(len(a), len(b)) // CHUNK_SIZE
+    A first pass reads every chunk header; then each block is read twice. A chunk whose header
+    is not the same in all three reads was recycled (or claimed) meanwhile and is left out. A
+    record that differs between the last two reads, or is not there, becomes the zero that ends
+    its chunk, as an unwritten one would. The reader then leaves out the chunks claimed after
+    the copy began (claimed_after), and no thread has a hole in its records: a chunk with a
+    successor claimed before the first pass began was full before then, so it is whole in the
+    later reads. A file whose writer is gone reads the same each time and comes out whole."""
+    offsets = _offsets(fd)
+    heads = [_chunk_heads(_read_block(fd, off)) for off in offsets]
+    for off, head_a in zip(offsets, heads):
+        b = _read_block(fd, off)
+        c = _read_block(fd, off)
+        n = min(len(b), len(c)) // CHUNK_SIZE
         if n == 0:
             return
-        yield _settled_chunks(a[: n * CHUNK_SIZE], b[: n * CHUNK_SIZE])
-        offset += n * CHUNK_SIZE
+        yield _settled_chunks(head_a, b[: n * CHUNK_SIZE], c[: n * CHUNK_SIZE])
         if n < BLOCK_CHUNKS:
             return
+
+
+def _offsets(fd: int):
+    size = os.fstat(fd).st_size
+    return range(HEADER_SIZE, max(size, HEADER_SIZE), BLOCK_CHUNKS * CHUNK_SIZE)
 
 
 def _read_block(fd: int, offset: int) -> np.ndarray:
@@ -182,13 +198,25 @@ def _read_block(fd: int, offset: int) -> np.ndarray:
     return np.frombuffer(os.pread(fd, BLOCK_CHUNKS * CHUNK_SIZE, offset), np.uint8)
 
 
-def _settled_chunks(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
-    ra = a.reshape(-1, SLOTS, RECORD_SIZE)
-    rb = b.reshape(-1, SLOTS, RECORD_SIZE).copy()
-    magic_a = ra[:, 0, :4].copy().view("<u4")[:, 0]
+def _chunk_heads(block: np.ndarray) -> np.ndarray:
+    """The header slot of every whole chunk of a block, as (chunks, 64) bytes."""
+    n = len(block) // CHUNK_SIZE
+    return block[: n * CHUNK_SIZE].reshape(n, CHUNK_SIZE)[:, :RECORD_SIZE].copy()
+
+
+def _settled_chunks(first_heads: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, int]:
+    rb = b.reshape(-1, SLOTS, RECORD_SIZE)
+    rc = c.reshape(-1, SLOTS, RECORD_SIZE).copy()
+    ha = np.zeros((len(rc), RECORD_SIZE), np.uint8)  # chunks the first pass did not see: never stable
+    seen = min(len(rc), len(first_heads))
+    ha[:seen] = first_heads[:seen]
+    magic = rc[:, 0, :4].copy().view("<u4")[:, 0]
     magic_b = rb[:, 0, :4].copy().view("<u4")[:, 0]
-    in_use = (magic_a == CHUNK_MAGIC) | (magic_b == CHUNK_MAGIC)
-    stable = (ra[:, 0, :] == rb[:, 0, :]).all(axis=1) & (magic_b == CHUNK_MAGIC)
-    settled = (ra[:, 1:, :] == rb[:, 1:, :]).all(axis=2) & (ra[:, 1:, 0] != 0)
-    rb[:, 1:, 0] = np.where(settled, rb[:, 1:, 0], 0)
-    return rb[stable].reshape(-1), int((in_use & ~stable).sum())
+    in_use = (magic == CHUNK_MAGIC) | (magic_b == CHUNK_MAGIC)
+    # a chunk with records but no magic in every read is damaged, not being written: it stays,
+    # for the reader to report
+    holds = (magic == CHUNK_MAGIC) | (rc[:, 1, 0] != 0)
+    stable = (ha == rb[:, 0, :]).all(axis=1) & (rb[:, 0, :] == rc[:, 0, :]).all(axis=1) & holds
+    settled = (rb[:, 1:, :] == rc[:, 1:, :]).all(axis=2) & (rb[:, 1:, 0] != 0)
+    rc[:, 1:, 0] = np.where(settled, rc[:, 1:, 0], 0)
+    return rc[stable].reshape(-1), int((in_use & ~stable).sum())

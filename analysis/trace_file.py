@@ -10,6 +10,7 @@ or chunks. Record times are raw ticks of the writer's record clock; TickClock co
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -324,6 +325,22 @@ def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray,
     return mask.reshape(-1)[:n], heads[used].copy()
 
 
+def _leave_out_later_chunks(recs, types, valid, chunks, header, taken_ns):
+    """A copy of a file being written: its chunks claimed after the copy began are left out."""
+    from .ring import claimed_after
+
+    clocks = recs[(types == REC_CLOCK) & valid].view(CLOCK_DTYPE)
+    late = claimed_after(chunks, clocks, header, taken_ns)
+    if not late.any():
+        return valid, chunks
+    per_chunk = CHUNK_SIZE // RECORD_SIZE
+    position = np.flatnonzero(recs[::per_chunk].view(CHUNK_HEADER_DTYPE)["magic"] == CHUNK_MAGIC)[late]
+    slots = (position[:, None] * per_chunk + np.arange(per_chunk)).reshape(-1)
+    valid = valid.copy()
+    valid[slots[slots < len(valid)]] = False
+    return valid, chunks[~late]
+
+
 def _assemble_strings(s: np.ndarray) -> dict[int, str]:
     """Join StringRec pieces into {id: text}; ids missing a piece map to INCOMPLETE_STRING."""
     s = s[s["id"] != 0]
@@ -399,10 +416,13 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     except OSError as e:
         raise TraceFormatError(f"{display_path(path)}: cannot read: {e}") from e
     header = _parse_header(data, display_path(path))
+    # A copy taken while the writer ran holds what was recorded before it began (analysis/ring.py).
+    taken_ns = header["snapshot_ns"] if header["file_flags"] & FILE_SNAPSHOT else None
     if header["file_flags"] & FILE_RING and not header["file_flags"] & (FILE_CLOSED | FILE_SNAPSHOT):
         # A ring that may still be written: chunks can be recycled under the reader.
         from .ring import settled_blocks
 
+        taken_ns = time.monotonic_ns()
         with open(path, "rb") as f:
             data = np.concatenate([data[:HEADER_SIZE]] + [b for b, _ in settled_blocks(f.fileno())])
 
@@ -425,6 +445,8 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
         return raw
 
     valid, raw.chunks = _valid_record_mask(recs, types)
+    if taken_ns:
+        valid, raw.chunks = _leave_out_later_chunks(recs, types, valid, raw.chunks, header, taken_ns)
     n_bad, n_lost, at = _damaged_chunks(recs, types)
     if n_bad:
         msg = (f"{shown}: {n_bad} chunk(s) with a damaged header (first at file offset {at:#x}): "

@@ -47,10 +47,9 @@ struct ChunkHeader {              // first 64 bytes of every chunk
     uint32_t magic;
     uint32_t thread;              // thread index (see THREAD records)
     uint64_t chunk_index;         // position in the file; in a ring, the order chunks were claimed in
-    // Ring files only (zero otherwise):
-    uint64_t t_claim;             // record clock when the thread claimed the chunk
-    uint32_t ordinal;             // the thread's how-manieth ring chunk (0 = its first)
-    uint8_t  region;              // CHUNK_RING or CHUNK_KEPT
+    uint64_t t_claim;             // record clock when the thread claimed the chunk (0: appended after the run)
+    uint32_t ordinal;             // the thread's how-manieth (ring) chunk (0 = its first)
+    uint8_t  region;              // CHUNK_RING (also every chunk of a plain file) or CHUNK_KEPT
     uint8_t  pad[35];
 };
 

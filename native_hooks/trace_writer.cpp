@@ -81,7 +81,7 @@ struct ThreadState {
     uint8_t * kept_cur = nullptr;   // ring files: this thread's kept chunk
     uint8_t * kept_end = nullptr;
     uint64_t ring_pos = NO_CHUNK;   // ring files: the position of the ring chunk `cur` is in
-    uint32_t ring_ordinal = 0;      // ring chunks this thread claimed so far
+    uint32_t ring_ordinal = 0;      // (ring) chunks this thread claimed so far
     uint32_t thread = NONE32;
     uint64_t calls = 0;
     uint64_t strings[STRING_CACHE] = {0};
@@ -210,7 +210,8 @@ bool new_chunk(ThreadState & ts) {
         ts.cur = ts.end = nullptr;
         return false;
     }
-    uint8_t * chunk = start_chunk(idx, ts.thread, idx, 0, 0, CHUNK_RING);
+    // (claim time and ordinal let a copy taken while the file grows leave out what came after it)
+    uint8_t * chunk = start_chunk(idx, ts.thread, idx, now_ticks(), ts.ring_ordinal++, CHUNK_RING);
     ts.cur = chunk + RECORD_SIZE;
     ts.end = chunk + CHUNK_SIZE;
     return true;
@@ -262,8 +263,10 @@ bool new_ring_chunk(ThreadState & ts) {
         }
         chunk = chunk_at(pos);
     } else {
-        // Unpublish first: a reader (or a crash) in between sees an unused chunk, never a mix.
+        // Unpublish first: a reader (or a crash) in between sees an empty or unused chunk, never
+        // a mix of two owners' records, nor records in a chunk without a header (damage to a reader).
         chunk = chunk_at(pos);
+        __atomic_store_n(chunk + RECORD_SIZE, (uint8_t) 0, __ATOMIC_RELEASE);
         __atomic_store_n(&((ChunkHeader *) chunk)->magic, 0u, __ATOMIC_RELEASE);
         memset(chunk + RECORD_SIZE, 0, CHUNK_SIZE - RECORD_SIZE);
         __atomic_thread_fence(__ATOMIC_RELEASE);

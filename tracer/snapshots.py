@@ -28,7 +28,7 @@ class Snapshot:
     path: Path
     chunks: int          # chunks copied
     skipped: int         # chunks recycled or unpublished while being read
-    taken_ns: int        # CLOCK_MONOTONIC when the copy was finished
+    taken_ns: int        # CLOCK_MONOTONIC when the copy began: it holds what was recorded before
 
 
 def trace_of_process(pid: int) -> Path:
@@ -77,11 +77,11 @@ def take(source: Path | str | int, out: Path | str | None = None) -> Snapshot:
         with open(src, "rb") as f, open(tmp, "wb") as w:
             header = np.frombuffer(os.pread(f.fileno(), HEADER_SIZE, 0), np.uint8).copy()
             w.write(header.tobytes())  # rewritten with the snapshot flag at the end
+            taken = time.monotonic_ns()  # the copy holds what was recorded before this
             for block, lost in settled_blocks(f.fileno()):
                 w.write(block.tobytes())
                 copied += len(block) // CHUNK_SIZE
                 skipped += lost
-            taken = time.monotonic_ns()
             h = header[: FILE_HEADER_DTYPE.itemsize].view(FILE_HEADER_DTYPE)
             h["file_flags"] |= FILE_SNAPSHOT
             h["snapshot_ns"] = taken

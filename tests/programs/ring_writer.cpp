@@ -1,8 +1,9 @@
 // Writes a flight-recorder (ring) trace from several threads at once, for the ring tests: each
 // thread writes CALL records numbered 0, 1, 2... in `arg` (one ACCESS record after each, naming a
 // tensor out of 5000, so that names keep being evicted from the threads' string caches) until
-// the time is up, with a pause now and then so that the threads write at different rates.
-//   ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [exit|abort]
+// the time is up, with a pause now and then so that the threads write at different rates; PACE
+// caps each thread's calls per millisecond (0: as fast as it can).
+//   ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [PACE [exit|abort]]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,9 @@
 
 using namespace ggml_trace;
 
-static void write_thread(int t, double seconds, std::atomic<uint64_t> * total) {
-    uint64_t end = monotonic_ns() + (uint64_t) (seconds * 1e9);
+static void write_thread(int t, double seconds, uint64_t pace, std::atomic<uint64_t> * total) {
+    uint64_t start = monotonic_ns();
+    uint64_t end = start + (uint64_t) (seconds * 1e9);
     uint64_t i = 0;
     char name[32];
     for (; monotonic_ns() < end; i++) {
@@ -51,13 +53,14 @@ static void write_thread(int t, double seconds, std::atomic<uint64_t> * total) {
         commit_record(a, REC_ACCESS);
         maybe_clock_sync();
         if (i % (1000 * (t + 1)) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        while (pace && i > pace * ((monotonic_ns() - start) / 1000000)) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     *total += i;
 }
 
 int main(int argc, char ** argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [exit|abort]\n");
+        fprintf(stderr, "usage: ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [PACE [exit|abort]]\n");
         return 2;
     }
     RingConfig ring;
@@ -67,11 +70,12 @@ int main(int argc, char ** argv) {
     write_meta("program", "ring-writer", 11);
     std::atomic<uint64_t> total{0};
     std::vector<std::thread> ts;
-    for (int t = 0; t < atoi(argv[3]); t++) ts.emplace_back(write_thread, t, atof(argv[2]), &total);
+    uint64_t pace = argc > 6 ? strtoull(argv[6], nullptr, 10) : 0;
+    for (int t = 0; t < atoi(argv[3]); t++) ts.emplace_back(write_thread, t, atof(argv[2]), pace, &total);
     for (auto & t : ts) t.join();
     printf("calls %llu\n", (unsigned long long) total.load());
     fflush(stdout);
-    if (argc > 6 && strcmp(argv[6], "abort") == 0) abort();
+    if (argc > 7 && strcmp(argv[7], "abort") == 0) abort();
     writer_close();
     return 0;
 }

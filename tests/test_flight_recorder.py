@@ -1,0 +1,239 @@
+"""The flight recorder (`record --ring`): a bounded file that keeps the recent past, its window
+cut consistently, snapshots of a running program, and what survives a crash. Written by the real
+writer (tests/programs/ring_writer.cpp, several threads) and by real ggml programs under the hooks."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import built_program, ggml_trace
+
+from analysis import load
+from analysis.ring import _window_start
+from analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_trace_file
+from tracer import snapshots
+
+RING_WRITER = built_program("b10531", "ring-writer")
+SCHED_LOOP = built_program("b10531", "sched-loop")
+
+
+def per_thread_numbers(raw) -> dict:
+    """{writer thread: its call numbers in the file, sorted}."""
+    c = raw.calls
+    return {int(t): np.sort(c["arg"][c["obj"] == t].astype(np.int64)) for t in np.unique(c["obj"])}
+
+
+def assert_whole_window(raw, threads: int):
+    """Every thread's calls in the window are an unbroken run, each with its access and its name."""
+    numbers = per_thread_numbers(raw)
+    assert len(numbers) == threads
+    for t, n in numbers.items():
+        assert len(n) > 0 and (np.diff(n) == 1).all(), f"thread {t}: calls missing inside the window"
+    acc = raw.accesses
+    assert np.isin(acc["call_id"], raw.calls["call_id"]).all()
+    # each call's access follows it in the same thread; only the newest call may lack it (still being written)
+    assert len(raw.calls) - threads <= len(acc) <= len(raw.calls)
+    assert all(raw.strings.get(int(s), "").startswith("tensor-") for s in acc["tensor"])
+
+
+def test_ring_keeps_a_bounded_whole_window_from_several_threads(tmp_path):
+    out = tmp_path / "ring.ggmltrace"
+    max_bytes = 8 << 20
+    r = subprocess.run([RING_WRITER, out, "2", "3", "50", str(max_bytes)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    written = int(r.stdout.split()[1])
+    raw = read_trace_file(out)
+    assert raw.closed and raw.ring.closed and not raw.damage
+    # bounded: the ring's chunks, the strings and metadata, the header; far less than was written
+    assert raw.ring.ring_chunks * CHUNK_SIZE <= max_bytes
+    assert out.stat().st_size <= HEADER_SIZE + max_bytes + raw.ring.kept_chunks * CHUNK_SIZE + (4 << 20)
+    assert len(raw.calls) < written / 10
+    assert raw.ring.start_ns is not None and raw.ring.cut  # the ring wrapped; the edge was cut
+    assert_whole_window(raw, 3)
+    # the newest calls are there: every thread's last call is its last number written
+    assert raw.meta.size and "ring-writer" in raw.strings.values()
+
+
+def test_time_rule_keeps_at_least_the_asked_for_past(tmp_path):
+    """With room to spare, a ring keeps at least KEEP of the past, and not the whole run."""
+    out = tmp_path / "ring.ggmltrace"
+    r = subprocess.run([RING_WRITER, out, "3", "2", "300", str(256 << 20)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    t = load(out)
+    w = t.ring
+    assert w.keep_ns == 300_000_000
+    assert 0.3e9 <= w.end_ns - w.start_ns < 2.5e9
+    assert "flight recorder (keeps 0.3 s" in " ".join(t.warnings)
+
+
+def test_a_crash_keeps_the_window(tmp_path):
+    out = tmp_path / "ring.ggmltrace"
+    r = subprocess.run([RING_WRITER, out, "1", "2", "20", str(4 << 20), "0", "abort"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == -signal.SIGABRT
+    raw = read_trace_file(out)
+    assert not raw.closed and not raw.ring.closed
+    assert any("was not closed" in w for w in raw.warnings) and not raw.damage
+    assert_whole_window(raw, 2)
+
+
+def test_live_reads_and_snapshots_of_a_ring_being_recycled(tmp_path):
+    """Read while three threads write and recycle it (~75 MB/s): every read and snapshot is consistent."""
+    out = tmp_path / "ring.ggmltrace"
+    proc = subprocess.Popen([RING_WRITER, out, "6", "3", "100", str(32 << 20), "200"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        time.sleep(1.0)
+        snaps = []
+        for _ in range(3):
+            assert_whole_window(read_trace_file(out), 3)  # strict: no damage from torn chunks
+            snaps.append(snapshots.take(out))
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    names = {s.path.name for s in snaps}
+    assert names == {f"ring.snapshot-{i}.ggmltrace" for i in (1, 2, 3)}
+    for s in snaps:
+        raw = read_trace_file(s.path)
+        assert raw.ring.snapshot_ns is not None and not raw.closed
+        assert any("a snapshot taken while the program ran" in w for w in raw.warnings)
+        assert_whole_window(raw, 3)
+    final = read_trace_file(out)
+    assert final.ring.closed
+    # each snapshot is an earlier window than the final file's
+    last = {t: n[-1] for t, n in per_thread_numbers(final).items()}
+    for s in snaps:
+        for t, n in per_thread_numbers(read_trace_file(s.path)).items():
+            assert n[-1] < last[t]
+
+
+def test_window_start_skips_a_gap_between_survivors():
+    """A chunk recycled while a live file was read leaves a gap: the window starts after it."""
+    ring = np.zeros(6, CHUNK_HEADER_DTYPE)
+    ring["thread"] = [0, 0, 0, 1, 1, 1]
+    ring["ordinal"] = [0, 1, 2, 4, 6, 7]     # thread 0 lost nothing; thread 1 lost 5 (and 0-3)
+    ring["t_claim"] = [10, 20, 30, 40, 60, 70]
+    assert _window_start(ring) == 60
+    ring["ordinal"] = [0, 1, 2, 0, 1, 2]
+    assert _window_start(ring) is None          # nothing lost: the whole run
+
+
+def sched_loop_record(tmp_path, *record_args):
+    """`ggml-trace record ... -- sched-loop 0 forever`, its output read line by line."""
+    exe = Path(sys.executable).parent / "ggml-trace"
+    out = tmp_path / "loop.ggmltrace"
+    proc = subprocess.Popen([str(exe), "record", "-o", str(out), *map(str, record_args), "--", str(SCHED_LOOP),
+                             "0", "forever"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
+def wait_for_computes(proc, n: int) -> int:
+    for line in proc.stdout:
+        k = int(line.split()[1])
+        if k >= n:
+            return k
+    raise AssertionError("the program ended early")
+
+
+def child_of(pid: int) -> int:
+    return int(subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()[0])
+
+
+def test_record_ring_on_a_real_program_with_check_signal_and_snapshot(tmp_path):
+    """sched-loop (ggml's scheduler on the CPU) under --ring 0.5 for a few seconds: a failing check
+    and SIGUSR1 each keep a snapshot, `ggml-trace snapshot PID` another; after SIGKILL the file
+    holds the last half second or more, up to the last compute the program printed."""
+    flag = tmp_path / "corrupt"
+    proc, out = sched_loop_record(tmp_path, "--ring", "0.5", "--check", f"test ! -e {flag}", "--check-every",
+                                  "0.2")
+    try:
+        wait_for_computes(proc, 2000)
+        program = child_of(proc.pid)
+        r = ggml_trace("snapshot", program)
+        assert r.returncode == 0, r.stderr
+        by_pid = Path(r.stdout.strip())
+        flag.touch()  # the check fails from now on: one snapshot, not one per check
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        os.kill(program, signal.SIGKILL)
+        rest, err = proc.communicate(timeout=60)
+        seen = int(rest.split()[-1])  # the last "computed K" it printed
+    finally:
+        proc.kill()
+    assert err.count("check failed (1): snapshot") == 1, err
+    assert err.count("SIGUSR1: snapshot") == 1, err
+    kept = sorted(tmp_path.glob("loop.snapshot-*.ggmltrace"))
+    assert len(kept) == 3 and by_pid in kept
+    for path in kept:
+        t = load(path)
+        assert t.ring.snapshot_ns is not None and len(t.splits) > 100
+        r = ggml_trace("races", path)
+        assert r.returncode == 0 and "no races" in r.stdout, r.stdout + r.stderr
+    t = load(out)
+    assert not t.closed and not t.damage
+    computes = t.calls[t.calls["kind"] == "sched_graph_compute"]
+    assert t.ring.end_ns - t.ring.start_ns >= 0.5e9
+    assert computes["t_begin"].min() >= t.ring.start_ns
+    assert len(computes) >= 100 and len(computes) < seen  # a window, not the run
+    # crash safety as without a ring: every compute printed before the kill is in the file
+    # (sched-loop prints "computed K" after compute K; graph ids count computes from 0 in it)
+    assert computes["graph"].max() + 1 >= seen
+    # a whole window: each compute in it with its split and its read-back
+    graphs = set(computes["graph"])
+    assert graphs <= set(t.splits["graph"]) and len(t.allocations) >= len(graphs)
+
+
+def test_snapshot_from_python_inside_the_traced_process(tmp_path):
+    out = tmp_path / "py.ggmltrace"
+    code = ("import tracer; tracer.mark('before'); print(tracer.snapshot()); tracer.mark('after')")
+    r = ggml_trace("record", "--ring", "1", "-o", out, "--hooks",
+                   built_program("b10531", "libggml-trace-hooks.so"), "--", sys.executable, "-c", code,
+                   env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert r.returncode == 0, r.stderr
+    snap = Path(r.stdout.strip())
+    assert snap.name == "py.snapshot-1.ggmltrace"
+    assert list(load(snap).marks["name"]) == ["before"]
+    assert list(load(out).marks["name"]) == ["before", "after"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--ring", "soon"], "give seconds (5, 0.5s) or a size (256M, 1G)"),
+    (["--ring", "0"], "must be above 0"),
+    (["--ring", "64M", "--ring-max", "1G"], "is a size already"),
+    (["--ring-max", "1G"], "--ring-max goes with --ring SECONDS"),
+])
+def test_bad_ring_options_say_what_is_wrong(args, message, tmp_path):
+    r = ggml_trace("record", "-o", tmp_path / "x.ggmltrace", *args, "--", SCHED_LOOP, "1")
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not (tmp_path / "x.ggmltrace").exists()
+
+
+def test_snapshot_errors_are_clear(tmp_path):
+    r = ggml_trace("snapshot", os.getpid())  # a process that writes no trace
+    assert r.returncode != 0 and "writes no ggml-trace file" in r.stderr
+    junk = tmp_path / "junk.ggmltrace"
+    junk.write_bytes(b"not a trace" * 100)
+    r = ggml_trace("snapshot", junk)
+    assert r.returncode != 0 and "not a ggml-trace file" in r.stderr
+    assert not list(tmp_path.glob("*.snapshot-*"))
+
+
+def test_a_damaged_chunk_in_a_crashed_ring_is_reported_not_dropped(tmp_path):
+    out = tmp_path / "ring.ggmltrace"
+    subprocess.run([RING_WRITER, out, "0.5", "2", "20", str(4 << 20), "0", "abort"], capture_output=True, timeout=60)
+    data = bytearray(out.read_bytes())
+    heads = np.frombuffer(bytes(data[HEADER_SIZE:]), np.uint8)[::CHUNK_SIZE][: (len(data) - HEADER_SIZE) // CHUNK_SIZE]
+    assert (heads == 0x43).sum() > 10  # chunks in use ("CHNK" starts with 0x43)
+    at = HEADER_SIZE + 3 * CHUNK_SIZE
+    data[at: at + 4] = b"XXXX"
+    out.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="damaged header"):
+        read_trace_file(out)
+    raw = read_trace_file(out, strict=False)
+    assert any("damaged header" in d for d in raw.damage)
