@@ -3,7 +3,7 @@
 // buffer set_tensor writes. Prints the median over repetitions, in ns per event and per record.
 // Also the delay test the hooks make before each queued operation (delay_rules.h), without rules
 // and with four rules that select nothing, beside the plain call record of the same run.
-//   build/hooks-b10531/bench-writer [events] [threads]
+//   build/hooks-b10531/bench-writer [events] [threads] [ring]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,8 +100,25 @@ int main(int argc, char ** argv) {
     snprintf(path, sizeof(path), "%s/ggml-trace-bench-XXXXXX", dir);
     int fd = mkstemp(path);
     close(fd);
-    if (!writer_open(path, "bench", 0)) return 1;
     const int reps = 7;
+    // `ring`: the flight recorder's steady state instead (a 64 MiB ring, full, recycling its chunks).
+    if (argc > 3 && strcmp(argv[3], "ring") == 0) {
+        RingConfig ring;
+        ring.max_bytes = 64u << 20;
+        if (!writer_open(path, "bench", 0, ring)) return 1;
+        run((2 * ring.max_bytes) / (3 * RECORD_SIZE), true);  // fill the ring once over
+        std::vector<double> ns;
+        for (int r = 0; r < reps; r++) {
+            ns.push_back(run(n, true));
+        }
+        std::sort(ns.begin(), ns.end());
+        printf("%-28s threads=1 events=%llu  median %.1f ns/event  %.1f ns/record\n",
+               "call + 2 ranges, ring 64 MiB, full speed", (unsigned long long) n, ns[reps / 2], ns[reps / 2] / 3);
+        writer_close();
+        unlink(path);
+        return 0;
+    }
+    if (!writer_open(path, "bench", 0)) return 1;
     // First as a real run writes: bursts of records (a token's worth) with pauses between, the
     // file growing 4 MiB at a time as they arrive. A background thread maps the next segment
     // ahead, so no burst should wait for the growth: compare the slowest bursts with the median.
