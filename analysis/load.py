@@ -827,7 +827,12 @@ def _not_attached(raw: RawTrace, meta: dict) -> str | None:
 def load(path: str | os.PathLike, strict: bool = True) -> Trace:
     """Load a trace file. Damaged records raise TraceFormatError; strict=False drops them and
     says so in trace.warnings / trace.damage (see docs/dataframes.md, "Warnings")."""
-    raw = read_trace_file(path, strict=strict)
+    return load_raw(read_trace_file(path, strict=strict))
+
+
+def load_raw(raw: RawTrace) -> Trace:
+    """The DataFrames of records already read (read_trace_file, or a window of a larger trace:
+    analysis/windows.py)."""
     ld = _Loader(raw)
     threads = ld.threads()
     backends = ld.backends()

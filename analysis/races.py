@@ -135,6 +135,9 @@ class RaceReport:
     accesses: int
     truncated: int = 0
     components: list = field(default_factory=list)
+    # per finding: the smallest margin of its latent occurrences (µs; NaN: none), which
+    # `margin_us` hides where the verdict is undetermined; merging windows needs it
+    latent_margin_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def to_json(self) -> dict:
         out = []
@@ -173,14 +176,19 @@ class RaceReport:
 
 # -- the analysis -----------------------------------------------------------------------------
 
-def races(trace) -> RaceReport:
-    """Find races in a loaded trace (analysis.load). See docs/races.md."""
-    return _Analysis(trace).run()
+def races(trace, own_from_ns: int | None = None) -> RaceReport:
+    """Find races in a loaded trace (analysis.load). See docs/races.md.
+
+    own_from_ns: the trace is a window of a larger one (analysis/windows.py) whose part before
+    this time (ns, as in its frames) is context, there only to order what follows: a pair whose
+    later operation began before it belongs to the window before."""
+    return _Analysis(trace, own_from_ns).run()
 
 
 class _Analysis:
-    def __init__(self, trace):
+    def __init__(self, trace, own_from_ns: int | None = None):
         self.trace = trace
+        self.own_from_ns = own_from_ns
 
     # ---------------------------------------------------------------------------------------
     def run(self) -> RaceReport:
@@ -188,11 +196,14 @@ class _Analysis:
         self.clocks()
         n_acc = self.accesses_setup()
         pa, pb = self.candidate_pairs()
+        if self.own_from_ns is not None:
+            own = self.c_t_begin[self.a_ord[pb]] >= self.own_from_ns
+            pa, pb = pa[own], pb[own]
         pairs = self.pairs_frame(pa, pb)
         findings = self.findings(pairs)
         comps = [f"thread {t}" for t in self.thread_ids] + list(self.queue_names)
         return RaceReport(findings, self.public_pairs(pairs), int(self.n), n_acc,
-                          self.truncated, comps)
+                          self.truncated, comps, self.latent_margin_us)
 
     def public_pairs(self, p: pd.DataFrame) -> pd.DataFrame:
         """The racing access pairs, described by call ids and access rows."""
@@ -580,6 +591,7 @@ class _Analysis:
 
     # ---------------------------------------------------------------------------------------
     def findings(self, pairs: pd.DataFrame) -> pd.DataFrame:
+        self.latent_margin_us = np.zeros(0)
         if len(pairs) == 0:
             return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in FINDING_COLUMNS})
         key = ["cls"] + [f"{s}_{c}" for s in "ab"
@@ -644,6 +656,7 @@ class _Analysis:
         btype = _objects(np.array(list(bf["buft_name"].cat.categories), dtype=object),
                          np.where(known, _codes(bf["buft_name"])[ltk] if len(bf) else -1, -1))
         margin = agg["margin_ns"].to_numpy(np.float64) / 1000.0
+        self.latent_margin_us = margin
         verdict = agg["verdict"].to_numpy(np.int64)
         margin = np.where(verdict == 2, np.nan, margin)  # no margin where latency is not proven
         out = {

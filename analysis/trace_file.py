@@ -425,7 +425,14 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
         taken_ns = time.monotonic_ns()
         with open(path, "rb") as f:
             data = np.concatenate([data[:HEADER_SIZE]] + [b for b, _ in settled_blocks(f.fileno())])
+    return parse_trace_bytes(data, path, header, strict, taken_ns)
 
+
+def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = True,
+                      taken_ns: int | None = None) -> RawTrace:
+    """read_trace_file's work on a file's bytes (header page included) already in `data`: the
+    records grouped by type and checked. `taken_ns`: the bytes are a copy taken while the writer
+    ran, from that CLOCK_MONOTONIC time on (chunks claimed later are left out)."""
     body = data[HEADER_SIZE:]
     n = len(body) // RECORD_SIZE  # a record cut by the end of the file is ignored
     recs = body[: n * RECORD_SIZE].view(np.dtype((np.void, RECORD_SIZE)))

@@ -157,28 +157,60 @@ def cmd_scenario(args) -> int:
 def cmd_races(args) -> int:
     from analysis.races import format_report, races
 
-    trace = load_trace(args)
     name = shown(args.file)
-    if trace.not_attached:  # a green CI job on an empty trace would hide that nothing was traced
-        say(f"ggml-trace races: {name}: nothing to analyse: the capture never attached: "
-            f"{printable(trace.not_attached)}")
-        return EXIT_BAD_INPUT
-    report = races(trace)
-    say_warnings("races", trace)
+    windowed = _windowed(args)
+    if windowed:
+        report, warnings, damage = windowed
+    else:
+        trace = load_trace(args)
+        if trace.not_attached:  # a green CI job on an empty trace would hide that nothing was traced
+            say(f"ggml-trace races: {name}: nothing to analyse: the capture never attached: "
+                f"{printable(trace.not_attached)}")
+            return EXIT_BAD_INPUT
+        report = races(trace)
+        warnings, damage = trace.warnings, trace.damage
+    for w in warnings:
+        say(f"ggml-trace races: warning: {printable(w)}")
     if args.json:
-        print(json.dumps(dict(report.to_json(), warnings=trace.warnings,
-                              damaged=bool(trace.damage)), indent=2))
+        print(json.dumps(dict(report.to_json(), warnings=warnings, damaged=bool(damage)), indent=2))
     else:
         print(format_report(report, name))
     if report.operations == 0 or report.accesses == 0:
         say(f"ggml-trace races: {name}: nothing to analyse: the trace holds "
             f"{report.operations} operations and {report.accesses} accesses")
         return EXIT_BAD_INPUT
-    if trace.damage:  # dropped records can hide races and invent them
+    if damage:  # dropped records can hide races and invent them
         say(f"ggml-trace races: {name}: the analysis rests on a damaged file "
-            f"({len(trace.damage)} problem(s), see the warnings above)")
+            f"({len(damage)} problem(s), see the warnings above)")
         return EXIT_BAD_INPUT
     return 1 if len(report.findings) else 0
+
+
+def _windowed(args):
+    """(report, warnings, damage) of the analysis in graph windows (analysis/windows.py) when
+    asked for, or when the trace is too large to analyse whole here; None otherwise."""
+    from analysis import windows
+    from analysis.ring import is_ring
+    from analysis.trace_file import read_header
+
+    asked = args.dask is not None or args.windows
+    if args.no_windows or not (asked or windows.is_large(args.file)) or is_ring(read_header(args.file)):
+        return None
+    strict = not args.lenient
+    if args.dask is not None:
+        where = args.dask or "a local cluster"
+        say(f"ggml-trace races: analysing {shown(args.file)} in graph windows on Dask ({where})")
+        report, info = windows.races_on_dask(args.file, args.dask or None, args.window_records,
+                                             args.context_graphs, strict)
+    else:
+        if not args.windows:
+            say(f"ggml-trace races: {shown(args.file)} is large: analysing it in graph windows with "
+                f"{args.context_graphs} graphs of context (--no-windows: all at once)")
+        report, info = windows.races_in_windows(args.file, args.window_records, args.context_graphs, strict,
+                                                progress=windows.print_progress)
+    say(f"ggml-trace races: {info['windows']} windows over {info['graphs']} graphs and {info['records']:,} records "
+        f"(largest window {info['largest_window_records']:,} records)")
+    return report, info["warnings"], info["damage"]
 
 
 def cmd_force(args) -> int:
@@ -300,6 +332,17 @@ def main(argv=None) -> int:
                        "any; 2 if the trace is unreadable, damaged or holds nothing to analyse)")
     add_reading_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--windows", action="store_true",
+                   help="analyse in graph windows, in bounded memory (the default for a trace larger than an "
+                        "eighth of this machine's memory; docs/races.md)")
+    p.add_argument("--no-windows", action="store_true", help="analyse the whole trace at once, whatever its size")
+    p.add_argument("--window-records", type=int, default=4_000_000, metavar="N",
+                   help="records a window aims at (default: %(default)s)")
+    p.add_argument("--context-graphs", type=int, default=2, metavar="K",
+                   help="graphs read before each window to order its operations (default: %(default)s)")
+    p.add_argument("--dask", nargs="?", const="", metavar="ADDRESS",
+                   help="run the windows on Dask: a local cluster, or the scheduler at ADDRESS (its workers "
+                        "must see the trace at the same path)")
     p.set_defaults(fn=cmd_races)
 
     p = sub.add_parser("force", help="delay a race's earlier operation and re-run the traced program "

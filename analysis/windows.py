@@ -1,0 +1,415 @@
+"""Analysing a trace larger than memory: graph windows.
+
+One pass over the file (64 MiB at a time) builds a TraceIndex: every record that any part of the
+trace needs (strings, metadata, threads, backends, buffers, clock points, counter samples), the
+time span of each chunk's records, when each scheduler graph began, and how many records there
+are. The graphs are then cut into windows of about WINDOW_RECORDS records. A window is read from
+the chunks whose span meets it, with the CONTEXT_GRAPHS graphs before it: the context orders
+what the window's operations follow, and a race whose later operation lies in the context is
+left to the window before (races(own_from_ns=...)). Memory holds the index and one window.
+
+What a window cannot see: a race between two operations more than CONTEXT_GRAPHS graphs apart.
+In ggml that would be work left unsynchronised across whole graph computes; the in-memory
+analysis (`ggml-trace races --no-windows`) sees it. Ring files are bounded: they are read whole.
+
+The same per-window work runs on Dask (races_on_dask): one task per window, the findings merged
+as they are here.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .races import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, _dtype, races
+from .trace_file import (CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,
+                         FILE_RING, MAX_RECORD_TYPE, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS, NONE32,
+                         RECORD_SIZE, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL, REC_CLOCK, REC_GPU, REC_META,
+                         REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, ACCESS_DTYPE, NEST_DTYPE,
+                         TickClock, TraceFormatError, _parse_header, display_path, parse_trace_bytes)
+
+WINDOW_RECORDS = 4_000_000       # records a window aims at (a few GB of analysis at most)
+CONTEXT_GRAPHS = 2               # graphs before a window read with it, to order what follows
+TAIL_NS = 1_000_000_000          # device-side records are written up to this long after their call
+BLOCK_CHUNKS = 1024              # the index pass reads 64 MiB at a time
+SLOTS = CHUNK_SIZE // RECORD_SIZE
+GLOBAL_TYPES = [REC_STRING, REC_META, REC_THREAD, REC_BACKEND, REC_BUFFER, REC_CLOCK, REC_SAMPLE]
+DEVICE_EXEC = KIND_IDS["device_exec"]
+U64_MAX = np.iinfo(np.uint64).max
+
+
+@dataclass
+class TraceIndex:
+    path: str
+    header: dict
+    size: int
+    positions: np.ndarray     # chunk number in the file of each chunk in use
+    lo_ns: np.ndarray         # the time span of what each chunk holds (ns since t0), widened
+    hi_ns: np.ndarray         # to its thread's neighbours for records without times
+    n_records: np.ndarray     # records in each chunk
+    globals: np.ndarray       # (n, 64) bytes: the records every window needs
+    graph_ids: np.ndarray     # scheduler graphs, by when they began
+    graph_start_ns: np.ndarray
+    operations: int           # host calls (what races() counts as operations) and accesses
+    accesses: int
+    cut: bool                 # the file ends inside a chunk
+    closed: bool              # no unused chunks: the writer closed the file
+    damage: list              # what the index pass found damaged (strict=False; strict raises)
+
+
+@dataclass
+class Window:
+    number: int
+    first_graph: int          # position in TraceIndex.graph_ids of the window's first own graph
+    end_graph: int            # and one past its last
+    context_ns: int           # the context's start (the first context graph's start)
+    own_ns: int               # the window's own start
+    end_ns: int               # its end (the next window's start)
+
+
+def is_large(path, limit_bytes: int | None = None) -> bool:
+    """Whether a trace is better analysed in windows: larger than an eighth of this machine's
+    memory (the in-memory analysis takes several times the file's size), and not a ring."""
+    if limit_bytes is None:
+        limit_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8
+    return os.path.getsize(path) > limit_bytes
+
+
+def index_trace(path, progress=None, strict: bool = True) -> TraceIndex:
+    """One pass over the file: see the module's docstring."""
+    path = os.fspath(path)
+    shown = display_path(path)
+    try:
+        size = os.path.getsize(path)
+        data = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    except OSError as e:
+        raise TraceFormatError(f"{shown}: cannot read: {e}") from e
+    header = _parse_header(data, shown)
+    if header["file_flags"] & FILE_RING:
+        raise TraceFormatError(f"{shown}: a flight recorder's file is bounded: analyse it whole")
+    body = data[HEADER_SIZE:]
+    n_chunks = len(body) // CHUNK_SIZE
+    unused = unknown = bad_chunks = 0
+    first_bad = None
+    parts = {k: [] for k in ("pos", "thread", "calls_lo", "calls_hi", "gpu_lo", "gpu_hi", "n", "globals",
+                              "graph", "graph_t")}
+    operations = accesses = 0
+    t_start = time.monotonic()
+    for first in range(0, n_chunks, BLOCK_CHUNKS):
+        nc = min(BLOCK_CHUNKS, n_chunks - first)
+        blk = np.asarray(body[first * CHUNK_SIZE:(first + nc) * CHUNK_SIZE]).reshape(nc, SLOTS, RECORD_SIZE)
+        heads = blk[:, 0, :].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
+        used = heads["magic"] == CHUNK_MAGIC
+        types = blk[:, 1:, 0]
+        valid = ~np.logical_or.accumulate(types == 0, axis=1) & used[:, None]
+        # damage, as read_trace_file sees it: unknown record types, records in a chunk without a header
+        odd = valid & (types > MAX_RECORD_TYPE)
+        damaged = ~used & (types[:, 0] != 0)
+        unknown += int(odd.sum())
+        bad_chunks += int(damaged.sum())
+        if first_bad is None and (odd.any() or damaged.any()):
+            first_bad = HEADER_SIZE + first * CHUNK_SIZE + int(np.flatnonzero(odd.any(axis=1) | damaged)[0]) * CHUNK_SIZE
+        valid &= ~odd
+        recs = blk[:, 1:, :]
+        t = np.where(valid, types, 0)
+        parts["globals"].append(recs[np.isin(t, GLOBAL_TYPES)].copy())
+        is_call = t == REC_CALL
+        calls = recs[is_call].copy().view(CALL_DTYPE)[:, 0]
+        row = np.nonzero(is_call)[0]
+        tb, te = calls["t_begin"].astype(np.uint64), calls["t_end"].astype(np.uint64)
+        lo = np.full(nc, U64_MAX, np.uint64)
+        hi = np.zeros(nc, np.uint64)
+        np.minimum.at(lo, row, tb)
+        np.maximum.at(hi, row, np.maximum(te, tb))
+        is_gpu = t == REC_GPU
+        gpu = recs[is_gpu].copy().view(GPU_DTYPE)[:, 0]
+        grow = np.nonzero(is_gpu)[0]
+        timed = (gpu["kind"] != GPU_CORRELATION) & (gpu["kind"] != GPU_API)
+        glo = np.full(nc, U64_MAX, np.uint64)
+        ghi = np.zeros(nc, np.uint64)
+        np.minimum.at(glo, grow[timed], gpu["t_begin_ns"][timed].astype(np.uint64))
+        np.maximum.at(ghi, grow[timed], gpu["t_end_ns"][timed].astype(np.uint64))
+        in_graph = (calls["graph"] != NONE32) & (calls["kind"] != DEVICE_EXEC)
+        g, gt = calls["graph"][in_graph], tb[in_graph]
+        if len(g):  # each graph's first call in this block
+            order = np.lexsort((gt, g))
+            first_of = np.r_[True, g[order][1:] != g[order][:-1]]
+            parts["graph"].append(g[order][first_of])
+            parts["graph_t"].append(gt[order][first_of])
+        operations += int(((calls["kind"] != DEVICE_EXEC) & ((calls["flags"] & CALL_META_PARENT) == 0)).sum())
+        accesses += int((t == REC_ACCESS).sum())
+        keep = np.flatnonzero(used)
+        unused += nc - len(keep)
+        parts["pos"].append(first + keep)
+        parts["thread"].append(heads["thread"][keep])
+        for k, v in (("calls_lo", lo), ("calls_hi", hi), ("gpu_lo", glo), ("gpu_hi", ghi)):
+            parts[k].append(v[keep])
+        parts["n"].append(valid.sum(axis=1)[keep])
+        if progress:
+            progress("index", first + nc, n_chunks, time.monotonic() - t_start)
+    damage = []
+    if unknown or bad_chunks:
+        what = ", ".join(x for x in (f"{unknown} record(s) with an unknown type byte" if unknown else "",
+                                      f"{bad_chunks} chunk(s) with a damaged header" if bad_chunks else "") if x)
+        msg = f"{shown}: {what} (first in the chunk at file offset {first_bad:#x})"
+        if strict:
+            raise TraceFormatError(msg + "; --lenient (strict=False) drops them and loads the rest")
+        damage.append(msg + " dropped")
+    cat = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in parts.items() if k != "globals"}
+    globals_ = (np.concatenate(parts["globals"]) if parts["globals"] else np.zeros((0, RECORD_SIZE), np.uint8))
+    clock = TickClock.from_trace(header, globals_[globals_[:, 0] == REC_CLOCK].copy().view(CLOCK_DTYPE)[:, 0])
+    t0 = header["t0_monotonic_ns"]
+    lo_ns = _span(clock, cat["calls_lo"], cat["gpu_lo"], t0, np.minimum, U64_MAX)
+    hi_ns = _span(clock, cat["calls_hi"], cat["gpu_hi"], t0, np.maximum, 0)
+    lo_ns, hi_ns = _widen_to_neighbours(cat["thread"].astype(np.int64), lo_ns, hi_ns)
+    graph_ids, graph_start = _graph_starts(cat["graph"], cat["graph_t"], clock)
+    return TraceIndex(path, header, size, cat["pos"].astype(np.int64), lo_ns, hi_ns,
+                      cat["n"].astype(np.int64), globals_, graph_ids, graph_start, operations, accesses,
+                      len(body) % CHUNK_SIZE != 0, unused == 0, damage)
+
+
+def _span(clock, ticks, gpu_ns, t0, pick, none):
+    """Per chunk: the earliest (or latest) time of its calls (ticks) and GPU records (ns)."""
+    out = np.full(len(ticks), np.nan)
+    has = ticks != none
+    out[has] = clock.to_ns(ticks[has].astype(np.int64))
+    g = gpu_ns != none
+    gv = gpu_ns[g].astype(np.int64) - t0
+    out[g] = np.where(np.isnan(out[g]), gv, pick(out[g], gv))
+    return out
+
+
+def _widen_to_neighbours(thread, lo, hi):
+    """A chunk's records without times (accesses, placements) belong to calls in it or in its
+    thread's next chunk, and a chunk with no times at all lies between its neighbours: each span
+    reaches back to the end of the thread's previous chunk and on to the start of its next one
+    (chunks are in file order, which is each thread's order). No neighbour: unbounded."""
+    df = pd.DataFrame({"thread": thread, "lo": lo, "hi": hi})
+    by_thread = df.groupby("thread", sort=False)
+    prev_hi = by_thread["hi"].transform(lambda s: s.ffill().shift(1)).to_numpy()
+    next_lo = by_thread["lo"].transform(lambda s: s.bfill().shift(-1)).to_numpy()
+    new_lo = np.fmin(lo, prev_hi)
+    new_hi = np.fmax(hi, next_lo)
+    return np.where(np.isnan(new_lo), -np.inf, new_lo), np.where(np.isnan(new_hi), np.inf, new_hi)
+
+
+def _graph_starts(graph, ticks, clock):
+    if len(graph) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort((ticks, graph))
+    g, t = graph[order], ticks[order]
+    first = np.r_[True, g[1:] != g[:-1]]
+    g, start = g[first].astype(np.int64), clock.to_ns(t[first].astype(np.int64))
+    by_time = np.argsort(start, kind="stable")
+    return g[by_time], start[by_time]
+
+
+def plan_windows(index: TraceIndex, records: int = WINDOW_RECORDS, context: int = CONTEXT_GRAPHS) -> list[Window]:
+    """Windows of whole graphs, each about `records` records (at least one graph)."""
+    n_graphs = len(index.graph_ids)
+    total = int(index.n_records.sum())
+    per_graph = max(1, total // max(n_graphs, 1))
+    step = max(1, records // per_graph)
+    out = []
+    starts = index.graph_start_ns
+    for k, g0 in enumerate(range(0, max(n_graphs, 1), step)):
+        g1 = min(g0 + step, n_graphs)
+        ctx = max(0, g0 - context)
+        out.append(Window(
+            k, g0, g1,
+            context_ns=int(starts[ctx]) if g0 > 0 else -(1 << 62),
+            own_ns=int(starts[g0]) if g0 > 0 else -(1 << 62),
+            end_ns=int(starts[g1]) if g1 < n_graphs else (1 << 62)))
+    return out
+
+
+def read_window(index: TraceIndex, w: Window, strict: bool = True):
+    """A RawTrace of one window: the index's global records, the calls that began in it (with
+    its context), everything that belongs to them, and the GPU activity of its time."""
+    sel = (index.hi_ns >= w.context_ns) & (index.lo_ns < w.end_ns + TAIL_NS)
+    recs = _read_chunks(index, index.positions[sel])
+    types = recs[:, 0]
+    calls = recs[types == REC_CALL].copy().view(CALL_DTYPE)[:, 0]
+    clock = TickClock.from_trace(index.header, index.globals[index.globals[:, 0] == REC_CLOCK]
+                                 .copy().view(CLOCK_DTYPE)[:, 0])
+    begin = clock.to_ns(calls["t_begin"].astype(np.int64))
+    host = calls["kind"] != DEVICE_EXEC
+    in_window = host & (begin >= w.context_ns) & (begin < w.end_ns)
+    ids = np.sort(calls["call_id"][in_window].astype(np.uint64))
+    keep_call = in_window | (~host & _member(calls["obj"].astype(np.uint64), ids))
+    keep = np.zeros(len(recs), bool)
+    keep[np.flatnonzero(types == REC_CALL)[keep_call]] = True
+    for rtype, dtype in ((REC_ACCESS, ACCESS_DTYPE), (REC_PLACE, ACCESS_DTYPE), (REC_NEST, NEST_DTYPE)):
+        at = np.flatnonzero(types == rtype)
+        keep[at] = _member(recs[at].copy().view(dtype)[:, 0]["call_id"].astype(np.uint64), ids)
+    at = np.flatnonzero(types == REC_GPU)
+    gpu = recs[at].copy().view(GPU_DTYPE)[:, 0]
+    t0 = index.header["t0_monotonic_ns"]
+    gb = gpu["t_begin_ns"].astype(np.int64) - t0
+    untimed = (gpu["kind"] == GPU_CORRELATION) | (gpu["kind"] == GPU_API)
+    keep[at] = untimed | ((gb >= w.context_ns) & (gb < w.end_ns + TAIL_NS))
+    chosen = np.concatenate([index.globals, recs[keep]])
+    raw = parse_trace_bytes(_pack(index, chosen), index.path, index.header, strict)
+    return raw
+
+
+def _member(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    if len(sorted_ids) == 0:
+        return np.zeros(len(values), bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
+    return sorted_ids[pos] == values
+
+
+def _read_chunks(index: TraceIndex, positions: np.ndarray) -> np.ndarray:
+    """The records (n, 64) of the chunks at `positions`, in file order (each chunk up to its first zero)."""
+    data = np.memmap(index.path, dtype=np.uint8, mode="r")
+    body = data[HEADER_SIZE:HEADER_SIZE + (len(data) - HEADER_SIZE) // CHUNK_SIZE * CHUNK_SIZE]
+    chunks = body.reshape(-1, SLOTS, RECORD_SIZE)[positions, 1:, :]  # fancy indexing copies
+    valid = ~np.logical_or.accumulate(chunks[:, :, 0] == 0, axis=1)
+    return chunks[valid]
+
+
+def _pack(index: TraceIndex, recs: np.ndarray) -> np.ndarray:
+    """A trace file's bytes (the index's header page, then chunks) holding `recs`."""
+    per = SLOTS - 1
+    nc = -(-len(recs) // per)
+    body = np.zeros((nc, SLOTS, RECORD_SIZE), np.uint8)
+    head = np.zeros(nc, CHUNK_HEADER_DTYPE)
+    head["magic"] = CHUNK_MAGIC
+    head["thread"] = NONE32
+    head["chunk_index"] = np.arange(nc)
+    body[:, 0, :] = head.view(np.uint8).reshape(nc, RECORD_SIZE)
+    flat = body[:, 1:, :].reshape(-1, RECORD_SIZE)
+    flat[: len(recs)] = recs
+    body[:, 1:, :] = flat.reshape(nc, per, RECORD_SIZE)
+    page = np.memmap(index.path, dtype=np.uint8, mode="r")[:HEADER_SIZE]
+    return np.concatenate([np.asarray(page), body.reshape(-1)])
+
+
+# -- the windowed race analysis ------------------------------------------------------------------
+
+@dataclass
+class WindowResult:
+    findings: pd.DataFrame
+    pairs: pd.DataFrame
+    truncated: int
+    warnings: list
+    damage: list
+    records: int
+
+
+def analyse_window(index: TraceIndex, w: Window, strict: bool = True) -> WindowResult:
+    from .load import load_raw
+
+    raw = read_window(index, w, strict)
+    trace = load_raw(raw)
+    rep = races(trace, own_from_ns=w.own_ns if w.first_graph > 0 else None)
+    findings = rep.findings.copy()
+    findings["margin_us"] = rep.latent_margin_us  # made NaN again below where undetermined
+    return WindowResult(findings, rep.pairs, rep.truncated, list(trace.warnings), list(trace.damage),
+                        int(raw.n_records))
+
+
+def races_in_windows(path, records: int = WINDOW_RECORDS, context: int = CONTEXT_GRAPHS, strict: bool = True,
+                     progress=None) -> tuple[RaceReport, dict]:
+    """races() over a trace of any size, a window at a time (the module's docstring).
+    Returns the merged report and what was done ({"windows", "graphs", "records", ...})."""
+    index = index_trace(path, progress, strict)
+    plan = plan_windows(index, records, context)
+    results, t_start = [], time.monotonic()
+    for w in plan:
+        results.append(analyse_window(index, w, strict))
+        if progress:
+            progress("races", w.number + 1, len(plan), time.monotonic() - t_start)
+    return _merged(index, plan, results, context)
+
+
+def races_on_dask(path, address: str | None = None, records: int = WINDOW_RECORDS,
+                  context: int = CONTEXT_GRAPHS, strict: bool = True) -> tuple[RaceReport, dict]:
+    """races_in_windows with one Dask task per window: on a local cluster, or on the cluster at
+    `address` (its workers must see the trace at the same path)."""
+    from dask.distributed import Client, LocalCluster
+
+    index = index_trace(path, strict=strict)
+    plan = plan_windows(index, records, context)
+    cluster = None
+    if address is None:
+        cluster = LocalCluster(n_workers=min(len(plan), os.cpu_count() or 1), threads_per_worker=1,
+                               processes=True, dashboard_address=None)
+    with Client(address or cluster) as client:
+        shared = client.scatter(index, broadcast=True)
+        futures = client.map(analyse_window, [shared] * len(plan), plan, [strict] * len(plan), pure=False)
+        results = client.gather(futures)
+    if cluster is not None:
+        cluster.close()
+    return _merged(index, plan, results, context)
+
+
+def _merged(index: TraceIndex, plan: list, results: list, context: int) -> tuple[RaceReport, dict]:
+    findings = merge_findings([r.findings for r in results])
+    pairs = pd.concat([r.pairs for r in results], ignore_index=True) if results else pd.DataFrame()
+    report = RaceReport(findings, pairs, index.operations, index.accesses, sum(r.truncated for r in results))
+    shown = display_path(index.path)
+    warnings = list(dict.fromkeys(w for r in results for w in r.warnings))
+    if not index.closed:
+        warnings.append(f"{shown}: the trace was not closed: the program crashed, was killed or is still running; "
+                        "events after the last recorded one are unknown")
+    if index.cut:
+        warnings.append(f"{shown}: the file ends inside a chunk: it was cut; what followed is lost")
+    info = {"windows": len(plan), "graphs": len(index.graph_ids), "context_graphs": context,
+            "records": int(index.n_records.sum()), "largest_window_records": max((r.records for r in results),
+                                                                                  default=0),
+            "warnings": index.damage + warnings,
+            "damage": index.damage + list(dict.fromkeys(d for r in results for d in r.damage))}
+    return report, info
+
+
+FINDING_KEY = ["class"] + [f"{s}_{c}" for s in "ab" for c in ("kind", "backend", "split", "tensor", "mode")]
+
+
+def merge_findings(frames: list) -> pd.DataFrame:
+    """One row per distinct race from the findings of several windows (races()'s own grouping):
+    counts add up, the first and last occurrences are the earliest and latest, a race is
+    manifested if any window proved it, latent if every window did, and its margin the smallest."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in FINDING_COLUMNS})
+    df = pd.concat(frames, ignore_index=True)
+    key = df[FINDING_KEY].astype(object).where(df[FINDING_KEY].notna(), None)
+    df["_key"] = key.apply(tuple, axis=1).factorize()[0]
+    df = df.sort_values(["_key", "first_t_us"], kind="stable")
+    g = df.groupby("_key", sort=False)
+    verdict = g["verdict"].agg(lambda v: "manifested" if (v == "manifested").any()
+                               else "latent" if (v == "latent").all() else "undetermined")
+    out = g.head(1).set_index("_key")
+    last = df.sort_values(["_key", "last_t_us"], kind="stable").groupby("_key").tail(1).set_index("_key")
+    out["count"] = g["count"].sum()
+    out["manifested"] = g["manifested"].any()
+    out["inverted"] = g["inverted"].any()
+    out["margin_us"] = g["margin_us"].min()
+    out["verdict"] = verdict
+    out.loc[out["verdict"] == "undetermined", "margin_us"] = np.nan
+    out["basis"] = g["basis"].agg(lambda b: max(b, key=BASES.index))
+    out["last_graph"] = last["last_graph"]
+    out["last_t_us"] = last["last_t_us"]
+    out["_sort_margin"] = out["margin_us"].fillna(-1)
+    out = out.sort_values(["manifested", "_sort_margin", "first_t_us"], ascending=[False, True, True],
+                          kind="stable")
+    assert set(VERDICTS) >= set(out["verdict"])
+    return pd.DataFrame({c: pd.Series(out[c].tolist(), dtype=_dtype(c)) for c in FINDING_COLUMNS})
+
+
+def print_progress(stage: str, done: int, total: int, elapsed: float) -> None:
+    """A progress line on stderr, rewritten in place."""
+    rate = done / elapsed if elapsed > 0 else 0
+    eta = (total - done) / rate if rate > 0 else 0
+    what = "chunks indexed" if stage == "index" else "windows analysed"
+    sys.stderr.write(f"\rggml-trace races: {done}/{total} {what} ({100 * done / max(total, 1):.0f}%, "
+                     f"{elapsed:.0f} s, about {eta:.0f} s left)   ")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

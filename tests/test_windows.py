@@ -1,0 +1,85 @@
+"""The race analysis in graph windows (analysis/windows.py): the same findings as the analysis of
+the whole trace, on real GPU traces and on a synthetic trace with a race in every graph, locally
+and on a local Dask cluster; the command picks it for large files and says so."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ggml_trace
+
+from analysis import TraceFormatError, load, races
+from analysis.windows import index_trace, plan_windows, races_in_windows, races_on_dask
+
+DATA = Path(__file__).parent / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """~200k events, 312 graphs, the #23321 pattern (one race) in every graph."""
+    from bench_races import build_trace
+
+    path = tmp_path_factory.mktemp("syn") / "syn.ggmltrace"
+    events, graphs = build_trace(str(path), 200_000, 40, True)
+    return path, graphs
+
+
+@pytest.mark.parametrize("name", ["cuda-b10531-tp-2gpu-cupti-delay-gpu1", "vulkan-nvidia-b10524-h200",
+                                  "cuda-b10531-tp-2gpu-delay-gpu0", "cuda-b11434-partial-nkvo-1gpu-timed"])
+@pytest.mark.parametrize("records", [1, 5000])
+def test_windows_find_what_the_whole_trace_shows(name, records):
+    """One graph a window (records=1), and a few graphs a window."""
+    path = DATA / f"{name}.ggmltrace"
+    whole = races(load(path))
+    windowed, info = races_in_windows(path, records=records)
+    assert info["windows"] > 1 and info["graphs"] == 17
+    assert windowed.findings.equals(whole.findings)
+
+
+def test_a_synthetic_race_in_every_graph(synthetic):
+    path, graphs = synthetic
+    index = index_trace(path)
+    plan = plan_windows(index, records=20_000)
+    assert len(plan) > 10 and plan[0].first_graph == 0 and plan[-1].end_graph == graphs
+    report, info = races_in_windows(path, records=20_000)
+    assert report.findings["count"].tolist() == [graphs]
+    assert info["largest_window_records"] < 40_000  # one window's records (and its context), not the file's
+    assert report.findings.equals(races(load(path)).findings)
+
+
+def test_dask_local_cluster_gives_the_same_findings(synthetic):
+    path, _ = synthetic
+    local, _ = races_in_windows(path, records=50_000)
+    on_dask, info = races_on_dask(path, records=50_000)
+    assert info["windows"] >= 4
+    assert on_dask.findings.equals(local.findings)
+
+
+def test_the_command_in_windows_and_on_dask(synthetic):
+    path, graphs = synthetic
+    whole = ggml_trace("races", path, "--json", "--no-windows")
+    for extra in (["--windows", "--window-records", "20000"], ["--dask", "--window-records", "50000"]):
+        r = ggml_trace("races", path, "--json", *extra)
+        assert r.returncode == whole.returncode == 1, r.stderr
+        assert "windows over 312 graphs" in r.stderr
+        got, want = json.loads(r.stdout)["races"], json.loads(whole.stdout)["races"]
+        assert got == want and got[0]["count"] == graphs
+
+
+def test_windows_refuse_a_ring_and_read_damage_as_the_whole_does(tmp_path):
+    ring = tmp_path / "ring.ggmltrace"
+    src = (DATA / "cuda-b10531-layer-2gpu-timed.ggmltrace").read_bytes()
+    data = bytearray(src)
+    data[128] = 1  # FILE_RING
+    ring.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match="flight recorder's file is bounded"):
+        index_trace(ring)
+    bad = tmp_path / "bad.ggmltrace"
+    data = bytearray(src)
+    data[4096 + 64] = 200  # an unknown record type
+    bad.write_bytes(bytes(data))
+    r = ggml_trace("races", bad, "--windows")
+    assert r.returncode == 2 and "unknown type byte" in r.stderr, r.stderr
+    r = ggml_trace("races", bad, "--windows", "--lenient")  # loads the rest, and says it rests on damage
+    assert r.returncode == 2 and "dropped" in r.stderr and "rests on a damaged file" in r.stderr, r.stderr
