@@ -84,6 +84,7 @@ test: setup
 
 bench: setup
 	$(BUILD_DIR)/hooks-b10531/bench-writer 200000 1
+	$(BUILD_DIR)/hooks-b10531/bench-writer 200000 1 ring
 	$(VPY) bench/bench_load.py
 	$(VPY) bench/bench_races.py --events 1000000
 

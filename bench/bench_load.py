@@ -43,7 +43,7 @@ def main() -> None:
             print(f"  run {i + 1}: {dt:.3f} s")
     print(f"events: {events:,}")
     print(f"seconds (best of {args.repeat}): {best:.3f}")
-    print(f"events/s: {events / best:,.0f}")
+    print(f"events/s: {events / best:,.0f} (goal 20,000,000: {events / best / 20e6:.2f} of it)")
     print(f"reproduce: {sys.executable} bench/bench_load.py --events {args.events} "
           f"--threads {args.threads} --repeat {args.repeat}  (from {ROOT})")
 

@@ -260,8 +260,8 @@ def main() -> None:
     print(f"events: {events:,}")
     print(f"seconds, races(load(path)) (best of {args.repeat}): {best_total:.3f}")
     print(f"seconds, races alone: {best_races:.3f}")
-    print(f"events/s: {events / best_total:,.0f} (load + races), {events / best_races:,.0f} "
-          f"(races alone)")
+    print(f"events/s: {events / best_total:,.0f} (load + races; goal 10,000,000: "
+          f"{events / best_total / 10e6:.2f} of it), {events / best_races:,.0f} (races alone)")
     print(f"reproduce: {sys.executable} bench/bench_races.py --events {args.events} "
           f"--nodes {args.nodes} --repeat {args.repeat}{'' if args.race else ' --no-race'}  "
           f"(from {ROOT})")

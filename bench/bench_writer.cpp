@@ -112,8 +112,9 @@ int main(int argc, char ** argv) {
             ns.push_back(run(n, true));
         }
         std::sort(ns.begin(), ns.end());
-        printf("%-28s threads=1 events=%llu  median %.1f ns/event  %.1f ns/record\n",
-               "call + 2 ranges, ring 64 MiB, full speed", (unsigned long long) n, ns[reps / 2], ns[reps / 2] / 3);
+        printf("%-28s threads=1 events=%llu  median %.1f ns/event  %.1f ns/record  (goal <= 50 ns: %.2fx it)\n",
+               "call + 2 ranges, ring 64 MiB, full speed", (unsigned long long) n, ns[reps / 2], ns[reps / 2] / 3,
+               ns[reps / 2] / 50.0);
         writer_close();
         unlink(path);
         return 0;
@@ -140,8 +141,9 @@ int main(int argc, char ** argv) {
             grown.push_back(run(n, true));
         }
         std::sort(grown.begin(), grown.end());
-        printf("%-28s threads=1 events=%llu  median %.1f ns/event  %.1f ns/record\n",
-               "call + 2 ranges, growing, full speed", (unsigned long long) n, grown[reps / 2], grown[reps / 2] / 3);
+        printf("%-28s threads=1 events=%llu  median %.1f ns/event  %.1f ns/record  (goal <= 50 ns: %.2fx it)\n",
+               "call + 2 ranges, growing, full speed", (unsigned long long) n, grown[reps / 2], grown[reps / 2] / 3,
+               grown[reps / 2] / 50.0);
     }
     // Hot path only: the file's pages are provisioned up front, as they are for a real run between
     // two 4 MiB segment growths. Growth itself is timed separately below.
