@@ -166,7 +166,8 @@ def claimed_after(chunks: np.ndarray, clocks: np.ndarray, header: dict, taken_ns
 
 def settled_blocks(fd: int):
     """The body of the trace file open at `fd`, while its writer may still write (and a ring
-    recycle) it, as (in-use chunks that were settled, how many in-use chunks were not) per block.
+    recycle) it, as (in-use chunks that were settled, how many chunks in use when the copy began
+    were not: recycled while it ran) per block.
 
     A first pass reads every chunk header; then each block is read twice. A chunk whose header
     is not the same in all three reads was recycled (or claimed) meanwhile and is left out. A
@@ -211,8 +212,8 @@ def _settled_chunks(first_heads: np.ndarray, b: np.ndarray, c: np.ndarray) -> tu
     seen = min(len(rc), len(first_heads))
     ha[:seen] = first_heads[:seen]
     magic = rc[:, 0, :4].copy().view("<u4")[:, 0]
-    magic_b = rb[:, 0, :4].copy().view("<u4")[:, 0]
-    in_use = (magic == CHUNK_MAGIC) | (magic_b == CHUNK_MAGIC)
+    # chunks in use when the copy began: those left out were lost to it (recycled meanwhile)
+    in_use = ha[:, :4].copy().view("<u4")[:, 0] == CHUNK_MAGIC
     # a chunk with records but no magic in every read is damaged, not being written: it stays,
     # for the reader to report
     holds = (magic == CHUNK_MAGIC) | (rc[:, 1, 0] != 0)

@@ -79,14 +79,14 @@ def _struct(itemsize: int, fields: list[tuple[str, str, int]]) -> np.dtype:
                      "offsets": list(offsets), "itemsize": itemsize})
 
 
-FILE_HEADER_DTYPE = _struct(160, [
+FILE_HEADER_DTYPE = _struct(168, [
     ("magic", "S8", 0), ("version", "<u4", 8), ("header_size", "<u4", 12),
     ("record_size", "<u4", 16), ("chunk_size", "<u4", 20),
     ("t0_monotonic_ns", "<u8", 24), ("t0_realtime_ns", "<u8", 32),
     ("t0_ticks", "<u8", 40), ("ns_per_tick", "<f8", 48),
     ("pid", "<u4", 56), ("backend_api_version", "<u4", 60), ("hooks_build", "S64", 64),
     ("file_flags", "<u4", 128), ("ring_keep_ns", "<u8", 136), ("ring_max_bytes", "<u8", 144),
-    ("snapshot_ns", "<u8", 152),
+    ("snapshot_ns", "<u8", 152), ("hold_until_ns", "<u8", 160),
 ])
 
 CHUNK_HEADER_DTYPE = _struct(64, [

@@ -37,6 +37,8 @@ struct FileHeader {
     uint64_t ring_keep_ns;        // a ring keeps at least this much of the recent past (0: size rule only)
     uint64_t ring_max_bytes;      // and grows to at most this many bytes of ring chunks
     uint64_t snapshot_ns;         // FILE_SNAPSHOT: CLOCK_MONOTONIC when the copy was taken
+    uint64_t hold_until_ns;       // a ring: recycle nothing before this CLOCK_MONOTONIC time (set by a
+                                  // snapshot being taken; the ring may grow to twice its size meanwhile)
 };
 
 static const uint32_t FILE_RING     = 0x1;  // chunks are recycled, oldest first; order by chunk_index

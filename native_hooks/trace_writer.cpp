@@ -54,6 +54,7 @@ struct Ring {
 
 struct Writer {
     int fd = -1;
+    const FileHeader * header = nullptr;  // the file's header page, mapped: a snapshot's hold request
     char path[4096] = {0};
     std::atomic<uint64_t> next_chunk{0};
     std::atomic<uint64_t> mapped_segments{0};
@@ -241,9 +242,13 @@ bool new_ring_chunk(ThreadState & ts) {
             ring_release_locked(ts.ring_pos, now);
             ts.ring_pos = NO_CHUNK;
         }
-        bool full = ring.n_chunks >= ring.max_chunks;
+        // While a snapshot is being copied, recycle nothing (up to twice the ring's size): what it
+        // reads last would otherwise be gone before it gets there.
+        bool hold = g_writer.header &&
+                    __atomic_load_n(&g_writer.header->hold_until_ns, __ATOMIC_RELAXED) > monotonic_ns();
+        bool full = ring.n_chunks >= (hold ? 2 * ring.max_chunks : ring.max_chunks);
         if (ring.fifo_len > 0 && ring.n_chunks >= RING_MIN_CHUNKS &&
-            (full || now - ring.fifo_t[ring.fifo_head] >= ring.keep_ticks)) {
+            (full || (!hold && now - ring.fifo_t[ring.fifo_head] >= ring.keep_ticks))) {
             pos = ring.fifo_pos[ring.fifo_head];
             ring.fifo_head = (ring.fifo_head + 1) % ring.fifo_cap;
             ring.fifo_len--;
@@ -406,8 +411,9 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
         // keep_ns 0 (a size alone): the size rule alone recycles
         r.keep_ticks = ring.keep_ns > 0 ? (uint64_t) ((double) ring.keep_ns / h.ns_per_tick) : ~0ull;
         r.max_chunks = std::max(RING_MIN_CHUNKS, max_bytes / CHUNK_SIZE);
-        // room for a chunk owned by each of up to 1024 threads beyond the limit (never allocated again)
-        r.fifo_cap = r.max_chunks + 1024;
+        // room for a snapshot's hold (twice the ring), and for a chunk owned by each of up to 1024
+        // threads beyond that
+        r.fifo_cap = 2 * r.max_chunks + 1024;
         r.fifo_pos = new uint64_t[r.fifo_cap];
         r.fifo_t = new uint64_t[r.fifo_cap];
         h.file_flags = FILE_RING;
@@ -423,6 +429,10 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
         return false;
     }
     g_writer.fd = fd;
+    if (g_writer.ring.on) {
+        void * page = mmap(nullptr, HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+        g_writer.header = page == MAP_FAILED ? nullptr : (const FileHeader *) page;
+    }
     snprintf(g_writer.path, sizeof(g_writer.path), "%s", path);
     g_writer.pid = getpid();
     static std::once_flag atfork_once;

@@ -101,6 +101,8 @@ def test_live_reads_and_snapshots_of_a_ring_being_recycled(tmp_path):
     for s in snaps:
         raw = read_trace_file(s.path)
         assert raw.ring.snapshot_ns is not None and not raw.closed
+        # the writer recycled nothing while the copy ran (FileHeader.hold_until_ns): the whole window
+        assert s.skipped == 0 and raw.ring.end_ns - raw.ring.start_ns >= 0.1e9
         assert any("a snapshot taken while the program ran" in w for w in raw.warnings)
         assert_whole_window(raw, 3)
     final = read_trace_file(out)

@@ -7,6 +7,7 @@ and is marked FILE_SNAPSHOT with the time it was taken.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -15,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis.ring import settled_blocks
-from analysis.trace_file import (CHUNK_SIZE, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_SNAPSHOT, HEADER_SIZE,
-                                 TraceFormatError, read_header)
+from analysis.trace_file import (CHUNK_SIZE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT,
+                                 HEADER_SIZE, TraceFormatError, read_header)
 
 
 class SnapshotError(Exception):
@@ -67,14 +68,14 @@ def take(source: Path | str | int, out: Path | str | None = None) -> Snapshot:
     (default: default_path). The copy is written beside `out` and renamed into place."""
     src = trace_of_process(source) if isinstance(source, int) else Path(source)
     try:
-        read_header(src)  # a clear error for a file that is no trace
-    except TraceFormatError as e:
+        live_ring = read_header(src)["file_flags"] & (FILE_RING | FILE_CLOSED) == FILE_RING
+    except TraceFormatError as e:  # a clear error for a file that is no trace
         raise SnapshotError(str(e)) from e
     out = Path(out) if out else default_path(src)
     tmp = out.with_name(out.name + ".part")
     copied = skipped = 0
     try:
-        with open(src, "rb") as f, open(tmp, "wb") as w:
+        with open(src, "rb") as f, open(tmp, "wb") as w, _hold(src, live_ring):
             header = np.frombuffer(os.pread(f.fileno(), HEADER_SIZE, 0), np.uint8).copy()
             w.write(header.tobytes())  # rewritten with the snapshot flag at the end
             taken = time.monotonic_ns()  # the copy holds what was recorded before this
@@ -85,6 +86,7 @@ def take(source: Path | str | int, out: Path | str | None = None) -> Snapshot:
             h = header[: FILE_HEADER_DTYPE.itemsize].view(FILE_HEADER_DTYPE)
             h["file_flags"] |= FILE_SNAPSHOT
             h["snapshot_ns"] = taken
+            h["hold_until_ns"] = 0
             w.seek(0)
             w.write(header.tobytes())
         os.replace(tmp, out)
@@ -92,3 +94,27 @@ def take(source: Path | str | int, out: Path | str | None = None) -> Snapshot:
         tmp.unlink(missing_ok=True)
         raise SnapshotError(f"{e.filename or src}: {e.strerror or e}") from e
     return Snapshot(out, copied, skipped, taken)
+
+
+@contextlib.contextmanager
+def _hold(path: Path, live_ring: bool):
+    """While a live ring is copied, ask its writer to recycle nothing (FileHeader.hold_until_ns:
+    the ring grows instead, to twice its size at most). The request lapses by itself if this
+    process dies; a file we may not write is copied without it."""
+    fd = None
+    if live_ring:
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError:
+            fd = None
+    at = FILE_HEADER_DTYPE.fields["hold_until_ns"][1]
+    if fd is not None:
+        # long enough for three reads of the file at a slow 500 MB/s, and at least 2 s
+        hold = time.monotonic_ns() + max(2_000_000_000, 6 * os.path.getsize(path))
+        os.pwrite(fd, np.uint64(hold).tobytes(), at)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.pwrite(fd, np.uint64(0).tobytes(), at)
+            os.close(fd)
