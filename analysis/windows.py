@@ -17,10 +17,12 @@ as they are here.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -227,9 +229,10 @@ def plan_windows(index: TraceIndex, records: int = WINDOW_RECORDS, context: int 
     return out
 
 
-def read_window(index: TraceIndex, w: Window, strict: bool = True):
+def read_window(index: TraceIndex, w: Window, strict: bool = True, tail_ns: int = TAIL_NS):
     """A RawTrace of one window: the index's global records, the calls that began in it (with
-    its context), everything that belongs to them, and the GPU activity of its time."""
+    its context), everything that belongs to them, and the GPU activity of its time (up to
+    `tail_ns` after it: work a device ran after the window's last call)."""
     sel = (index.hi_ns >= w.context_ns) & (index.lo_ns < w.end_ns + TAIL_NS)
     recs = _read_chunks(index, index.positions[sel])
     types = recs[:, 0]
@@ -251,7 +254,7 @@ def read_window(index: TraceIndex, w: Window, strict: bool = True):
     t0 = index.header["t0_monotonic_ns"]
     gb = gpu["t_begin_ns"].astype(np.int64) - t0
     untimed = (gpu["kind"] == GPU_CORRELATION) | (gpu["kind"] == GPU_API)
-    keep[at] = untimed | ((gb >= w.context_ns) & (gb < w.end_ns + TAIL_NS))
+    keep[at] = untimed | ((gb >= w.context_ns) & (gb < w.end_ns + tail_ns))
     chosen = np.concatenate([index.globals, recs[keep]])
     raw = parse_trace_bytes(_pack(index, chosen), index.path, index.header, strict)
     return raw
@@ -403,12 +406,58 @@ def merge_findings(frames: list) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(out[c].tolist(), dtype=_dtype(c)) for c in FINDING_COLUMNS})
 
 
+# -- a partitioned Parquet export -------------------------------------------------------------
+
+GLOBAL_FRAMES = ["threads", "backends", "buffers", "gpu_samples"]  # the whole run's, written once
+
+
+def export_parquet_windows(path, directory, records: int = WINDOW_RECORDS, strict: bool = True,
+                           progress=None) -> dict:
+    """The trace's DataFrames as Parquet datasets that DuckDB, Dask or pyarrow read directly,
+    a window of whole graphs at a time (bounded memory): DIR/FRAME/graphs=A-B/part.parquet for
+    the frames of calls and what they did, DIR/FRAME.parquet for threads, backends, buffers and
+    counter samples, and DIR/meta.json. Every call is in the window its host call began in;
+    categorical columns are written as strings (the windows' categories differ)."""
+    from .load import load_raw
+    from .schema import FRAMES
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    index = index_trace(path, strict=strict)
+    plan = plan_windows(index, records, context=0)
+    width = len(str(max(len(index.graph_ids), 1)))
+    rows, t_start, meta = {}, time.monotonic(), None
+    for w in plan:
+        trace = load_raw(read_window(index, w, strict, tail_ns=0))
+        part = f"graphs={w.first_graph:0{width}d}-{max(w.end_graph - 1, w.first_graph):0{width}d}"
+        for name in FRAMES:
+            df = getattr(trace, name, None)
+            if df is None or (name in GLOBAL_FRAMES and w.number > 0):
+                continue
+            target = d / f"{name}.parquet" if name in GLOBAL_FRAMES else d / name / part / "part.parquet"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _plain(df).to_parquet(target, index=False)
+            rows[name] = rows.get(name, 0) + len(df)
+        if meta is None:
+            meta = {"source": display_path(path), "meta": trace.meta, "warnings": list(trace.warnings)}
+        if progress:
+            progress("export", w.number + 1, len(plan), time.monotonic() - t_start)
+    info = {"windows": len(plan), "graphs": len(index.graph_ids), "rows": rows}
+    (d / "meta.json").write_text(json.dumps(dict(meta or {}, **info), indent=2, default=str))
+    return info
+
+
+def _plain(df: pd.DataFrame) -> pd.DataFrame:
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    return df.astype({c: "string" for c in cats}) if cats else df
+
+
 def print_progress(stage: str, done: int, total: int, elapsed: float) -> None:
     """A progress line on stderr, rewritten in place."""
     rate = done / elapsed if elapsed > 0 else 0
     eta = (total - done) / rate if rate > 0 else 0
-    what = "chunks indexed" if stage == "index" else "windows analysed"
-    sys.stderr.write(f"\rggml-trace races: {done}/{total} {what} ({100 * done / max(total, 1):.0f}%, "
+    what = {"index": "chunks indexed", "races": "windows analysed", "export": "windows written"}[stage]
+    sys.stderr.write(f"\rggml-trace: {done}/{total} {what} ({100 * done / max(total, 1):.0f}%, "
                      f"{elapsed:.0f} s, about {eta:.0f} s left)   ")
     if done >= total:
         sys.stderr.write("\n")

@@ -252,7 +252,7 @@ bool new_ring_chunk(ThreadState & ts) {
             pos = ring.fifo_pos[ring.fifo_head];
             ring.fifo_head = (ring.fifo_head + 1) % ring.fifo_cap;
             ring.fifo_len--;
-        } else if (ring.n_chunks < ring.fifo_cap) {  // grows past max_chunks only while every chunk is owned
+        } else if (ring.n_chunks < ring.fifo_cap) {  // grow (past the limit only while every chunk is owned)
             ring.n_chunks++;
         } else {
             ts.cur = ts.end = nullptr;

@@ -83,3 +83,29 @@ def test_windows_refuse_a_ring_and_read_damage_as_the_whole_does(tmp_path):
     assert r.returncode == 2 and "unknown type byte" in r.stderr, r.stderr
     r = ggml_trace("races", bad, "--windows", "--lenient")  # loads the rest, and says it rests on damage
     assert r.returncode == 2 and "dropped" in r.stderr and "rests on a damaged file" in r.stderr, r.stderr
+
+
+def test_partitioned_parquet_export_reads_back_as_the_whole_trace(tmp_path):
+    """`export --format parquet --windows`: partitions of whole graphs that Dask and pyarrow read
+    as datasets, the same rows as the trace's frames."""
+    import dask.dataframe as dd
+    import pandas as pd
+    import pyarrow.dataset as pads
+
+    path = DATA / "cuda-b10531-tp-2gpu-cupti-delay-gpu1.ggmltrace"
+    out = tmp_path / "pq"
+    r = ggml_trace("export", path, "--format", "parquet", "--windows", "-o", out)
+    assert r.returncode == 0 and "partitions of whole graphs" in r.stderr, r.stderr
+    assert len(list((out / "calls").glob("graphs=*/part.parquet"))) >= 1
+    t = load(path)
+    calls = dd.read_parquet(out / "calls").compute()
+    assert sorted(calls["call_id"].tolist()) == sorted(t.calls["call_id"].tolist())
+    for name in ("accesses", "gpu", "device", "splits"):
+        whole = getattr(t, name)
+        part = pads.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pandas()
+        plain = whole.astype({c: "string" for c in whole.columns if isinstance(whole[c].dtype, pd.CategoricalDtype)})
+        key = ["call_id", "t_begin"]
+        a = plain.sort_values(key).reset_index(drop=True).astype(str)
+        b = part[whole.columns].sort_values(key).reset_index(drop=True).astype(str)
+        assert a.equals(b), name
+    assert pd.read_parquet(out / "buffers.parquet").shape[0] == len(t.buffers)

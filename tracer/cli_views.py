@@ -61,8 +61,20 @@ def cmd_timeline(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from analysis import windows
     from analysis.export import export_parquet, export_perfetto
+    from analysis.ring import is_ring
+    from analysis.trace_file import read_header
 
+    if args.format == "parquet" and (args.windows or windows.is_large(args.file)) \
+            and not is_ring(read_header(args.file)):
+        out = args.output or _default_out(args, "-parquet")
+        with atomic_output(out, directory=True) as tmp:
+            info = windows.export_parquet_windows(args.file, tmp, strict=not args.lenient,
+                                                  progress=windows.print_progress)
+        say(f"ggml-trace: {info['windows']} partitions of whole graphs written to {shown(out)}/ "
+            f"(FRAME/graphs=A-B/part.parquet; {info['rows'].get('calls', 0):,} calls)")
+        return 0
     trace = load_trace(args)
     say_warnings("export", trace)
     if args.format == "perfetto":
@@ -177,6 +189,9 @@ def add_view_commands(sub):
     p = sub.add_parser("export", help="Perfetto / Chrome trace-event JSON, or Parquet")
     add_reading_args(p)
     p.add_argument("--format", choices=["perfetto", "parquet"], default="perfetto")
+    p.add_argument("--windows", action="store_true",
+                   help="parquet: write partitions of whole graphs, a window at a time in bounded memory "
+                        "(the default for a trace larger than an eighth of this machine's memory)")
     p.add_argument("-o", "--output", help="JSON file (perfetto) or directory (parquet)")
     p.set_defaults(fn=cmd_export)
 
