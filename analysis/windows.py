@@ -85,16 +85,25 @@ def index_trace(path, progress=None, strict: bool = True) -> TraceIndex:
     """One pass over the file: see the module's docstring."""
     path = os.fspath(path)
     shown = display_path(path)
+    # Reads, not a mapping: the pages of a mapped file count as this process's memory (RSS), and a
+    # pass over a file larger than memory would make them the largest part of it.
     try:
         size = os.path.getsize(path)
-        data = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+        fd = os.open(path, os.O_RDONLY)
     except OSError as e:
         raise TraceFormatError(f"{shown}: cannot read: {e}") from e
-    header = _parse_header(data, shown)
+    try:
+        return _index(path, fd, size, shown, progress, strict)
+    finally:
+        os.close(fd)
+
+
+def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
+    header = _parse_header(np.frombuffer(os.pread(fd, HEADER_SIZE, 0), np.uint8), shown)
     if header["file_flags"] & FILE_RING:
         raise TraceFormatError(f"{shown}: a flight recorder's file is bounded: analyse it whole")
-    body = data[HEADER_SIZE:]
-    n_chunks = len(body) // CHUNK_SIZE
+    body_size = max(size - HEADER_SIZE, 0)
+    n_chunks = body_size // CHUNK_SIZE
     unused = unknown = bad_chunks = 0
     first_bad = None
     parts = {k: [] for k in ("pos", "thread", "calls_lo", "calls_hi", "gpu_lo", "gpu_hi", "n", "globals",
@@ -103,7 +112,10 @@ def index_trace(path, progress=None, strict: bool = True) -> TraceIndex:
     t_start = time.monotonic()
     for first in range(0, n_chunks, BLOCK_CHUNKS):
         nc = min(BLOCK_CHUNKS, n_chunks - first)
-        blk = np.asarray(body[first * CHUNK_SIZE:(first + nc) * CHUNK_SIZE]).reshape(nc, SLOTS, RECORD_SIZE)
+        blk = np.frombuffer(os.pread(fd, nc * CHUNK_SIZE, HEADER_SIZE + first * CHUNK_SIZE), np.uint8)
+        if len(blk) < nc * CHUNK_SIZE:
+            raise TraceFormatError(f"{shown}: the file shrank while it was read")
+        blk = blk.reshape(nc, SLOTS, RECORD_SIZE)
         heads = blk[:, 0, :].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
         used = heads["magic"] == CHUNK_MAGIC
         types = blk[:, 1:, 0]
@@ -171,7 +183,7 @@ def index_trace(path, progress=None, strict: bool = True) -> TraceIndex:
     graph_ids, graph_start = _graph_starts(cat["graph"], cat["graph_t"], clock)
     return TraceIndex(path, header, size, cat["pos"].astype(np.int64), lo_ns, hi_ns,
                       cat["n"].astype(np.int64), globals_, graph_ids, graph_start, operations, accesses,
-                      len(body) % CHUNK_SIZE != 0, unused == 0, damage)
+                      body_size % CHUNK_SIZE != 0, unused == 0, damage)
 
 
 def _span(clock, ticks, gpu_ns, t0, pick, none):
@@ -268,10 +280,24 @@ def _member(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
 
 
 def _read_chunks(index: TraceIndex, positions: np.ndarray) -> np.ndarray:
-    """The records (n, 64) of the chunks at `positions`, in file order (each chunk up to its first zero)."""
-    data = np.memmap(index.path, dtype=np.uint8, mode="r")
-    body = data[HEADER_SIZE:HEADER_SIZE + (len(data) - HEADER_SIZE) // CHUNK_SIZE * CHUNK_SIZE]
-    chunks = body.reshape(-1, SLOTS, RECORD_SIZE)[positions, 1:, :]  # fancy indexing copies
+    """The records (n, 64) of the chunks at `positions` (ascending), in file order (each chunk
+    up to its first zero). Runs of adjacent chunks are read at once."""
+    if len(positions) == 0:
+        return np.zeros((0, RECORD_SIZE), np.uint8)
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    starts = np.r_[positions[0], positions[breaks]]
+    counts = np.diff(np.r_[0, breaks, len(positions)])
+    out = np.empty((len(positions), SLOTS, RECORD_SIZE), np.uint8)
+    fd = os.open(index.path, os.O_RDONLY)
+    try:
+        at = 0
+        for start, n in zip(starts.tolist(), counts.tolist()):
+            buf = os.pread(fd, n * CHUNK_SIZE, HEADER_SIZE + start * CHUNK_SIZE)
+            out[at:at + n] = np.frombuffer(buf, np.uint8).reshape(n, SLOTS, RECORD_SIZE)
+            at += n
+    finally:
+        os.close(fd)
+    chunks = out[:, 1:, :]
     valid = ~np.logical_or.accumulate(chunks[:, :, 0] == 0, axis=1)
     return chunks[valid]
 
@@ -289,8 +315,9 @@ def _pack(index: TraceIndex, recs: np.ndarray) -> np.ndarray:
     flat = body[:, 1:, :].reshape(-1, RECORD_SIZE)
     flat[: len(recs)] = recs
     body[:, 1:, :] = flat.reshape(nc, per, RECORD_SIZE)
-    page = np.memmap(index.path, dtype=np.uint8, mode="r")[:HEADER_SIZE]
-    return np.concatenate([np.asarray(page), body.reshape(-1)])
+    with open(index.path, "rb") as f:
+        page = np.frombuffer(f.read(HEADER_SIZE), np.uint8)
+    return np.concatenate([page, body.reshape(-1)])
 
 
 # -- the windowed race analysis ------------------------------------------------------------------

@@ -34,60 +34,80 @@ SLOTS = CHUNK_SIZE // RECORD_SIZE
 
 def tile(template: str, out: str, events: int) -> tuple[int, int]:
     """Writes `out`: the template's records, then copies of its calls, accesses and clock points
-    moved on in time, graph and call id, until `events` calls + accesses. Returns (events, graphs)."""
+    moved on in time, graph and call id, until `events` calls + accesses. Each copy keeps the
+    template's records in each thread's order and in chunks of their thread, as the writer does
+    (an access just before its call). Returns (events, graphs)."""
     raw = read_trace_file(template)
-    calls, acc, clocks = raw.calls, raw.accesses, raw.clocks
-    per_copy = len(calls) + len(acc)
+    slots, threads = _records_by_thread(template)
+    types = slots[:, 0]
+    per_copy = int(np.isin(types, [REC_CALL, REC_ACCESS]).sum())
     copies = max(1, -(-events // per_copy))
+    calls, clocks = raw.calls, raw.clocks
     graphs = int(calls["graph"].max()) + 1
     span = int(max(calls["t_end"].max(), clocks["ticks"].max())) + 1_000_000
     span_ns = round(span * raw.header["ns_per_tick"])  # the same step on both clocks
     # call ids count per thread: copy k adds k * (the thread's highest counter + 1)
-    thread = calls["call_id"] >> np.uint64(40)
     counter = calls["call_id"] & np.uint64((1 << 40) - 1)
-    step = np.zeros(int(thread.max()) + 1, np.uint64)
-    np.maximum.at(step, thread.astype(np.int64), counter + np.uint64(1))
-    is_ref = np.isin(calls["obj"], calls["call_id"])  # device_exec and the like point at a call
+    step = np.zeros(int((calls["call_id"] >> np.uint64(40)).max()) + 1, np.uint64)
+    np.maximum.at(step, (calls["call_id"] >> np.uint64(40)).astype(np.int64), counter + np.uint64(1))
+    ids = np.sort(calls["call_id"])
 
-    def moved(ids, k):
-        return ids + np.uint64(k) * step[(ids >> np.uint64(40)).astype(np.int64)]
+    def moved(v, k):
+        return v + np.uint64(k) * step[np.minimum(v >> np.uint64(40), len(step) - 1).astype(np.int64)]
 
-    others = [getattr(raw, n) for n in ("string_recs", "meta", "threads", "backends", "buffers")]
     with open(template, "rb") as f:
         header = f.read(HEADER_SIZE)
+    is_call, is_acc, is_clock = types == REC_CALL, types == REC_ACCESS, types == REC_CLOCK
+    base = slots[is_call | is_acc | is_clock]
+    base_threads = threads[is_call | is_acc | is_clock]
+    kinds = base[:, 0]
     with open(out, "wb") as w:
         w.write(header)
-        pending = [np.concatenate([o.view(np.dtype((np.void, RECORD_SIZE))) for o in others])]
+        others = slots[~(is_call | is_acc | is_clock)]  # strings, metadata, threads, backends, buffers: once
+        _write_chunks(w, others, NONE32)
         for k in range(copies):
-            c = calls.copy()
+            recs = base.copy()
+            c = recs[kinds == REC_CALL].view(CALL_DTYPE)[:, 0]
             c["t_begin"] += np.uint64(k * span)
             c["t_end"] += np.uint64(k * span)
             c["graph"] += np.uint32(k * graphs)
             c["call_id"] = moved(c["call_id"], k)
-            c["obj"] = np.where(is_ref, moved(c["obj"], k), c["obj"])
-            a = acc.copy()
+            refs = np.isin(c["obj"], ids)  # device_exec and the like point at a call
+            c["obj"] = np.where(refs, moved(c["obj"], k), c["obj"])
+            recs[kinds == REC_CALL] = c.view(np.uint8).reshape(-1, RECORD_SIZE)
+            a = recs[kinds == REC_ACCESS].view(ACCESS_DTYPE)[:, 0]
             a["call_id"] = moved(a["call_id"], k)
-            cl = clocks.copy()
+            recs[kinds == REC_ACCESS] = a.view(np.uint8).reshape(-1, RECORD_SIZE)
+            cl = recs[kinds == REC_CLOCK].view(CLOCK_DTYPE)[:, 0]
             cl["ticks"] += np.uint64(k * span)
             cl["monotonic_ns"] += np.uint64(k * span_ns)
-            pending += [a.view(np.dtype((np.void, RECORD_SIZE))), c.view(np.dtype((np.void, RECORD_SIZE))),
-                        cl.view(np.dtype((np.void, RECORD_SIZE)))]
-            if sum(len(p) for p in pending) >= 1 << 20 or k == copies - 1:
-                _write_chunks(w, np.concatenate(pending))
-                pending = []
+            recs[kinds == REC_CLOCK] = cl.view(np.uint8).reshape(-1, RECORD_SIZE)
+            for t in np.unique(base_threads):
+                _write_chunks(w, recs[base_threads == t], int(t))
     return copies * per_copy, copies * graphs
 
 
-def _write_chunks(w, recs: np.ndarray) -> None:
+def _records_by_thread(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every record of a trace file (n, 64) in file order, and the thread of its chunk."""
+    data = np.fromfile(path, np.uint8)[HEADER_SIZE:]
+    chunks = data[: len(data) // CHUNK_SIZE * CHUNK_SIZE].reshape(-1, SLOTS, RECORD_SIZE)
+    heads = chunks[:, 0, :].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
+    used = heads["magic"] == CHUNK_MAGIC
+    valid = ~np.logical_or.accumulate(chunks[:, 1:, 0] == 0, axis=1) & used[:, None]
+    thread = np.broadcast_to(heads["thread"][:, None], valid.shape)
+    return chunks[:, 1:, :][valid], thread[valid]
+
+
+def _write_chunks(w, recs: np.ndarray, thread: int) -> None:
     per = SLOTS - 1
     nc = -(-len(recs) // per)
     body = np.zeros((nc, SLOTS, RECORD_SIZE), np.uint8)
     head = np.zeros(nc, CHUNK_HEADER_DTYPE)
     head["magic"] = CHUNK_MAGIC
-    head["thread"] = NONE32
+    head["thread"] = thread
     body[:, 0, :] = head.view(np.uint8).reshape(nc, RECORD_SIZE)
     flat = body[:, 1:, :].reshape(-1, RECORD_SIZE)
-    flat[: len(recs)] = recs.view(np.uint8).reshape(-1, RECORD_SIZE)
+    flat[: len(recs)] = recs
     body[:, 1:, :] = flat.reshape(nc, per, RECORD_SIZE)
     w.write(body.tobytes())
 
