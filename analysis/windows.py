@@ -320,6 +320,17 @@ def _pack(index: TraceIndex, recs: np.ndarray) -> np.ndarray:
     return np.concatenate([page, body.reshape(-1)])
 
 
+def iter_windows(path, records: int = WINDOW_RECORDS, context: int = 0, strict: bool = True):
+    """(Window, Trace) for each window of a trace, for work of your own on a trace larger than
+    memory: a window's frames hold the calls that began in it (and in its `context` graphs before
+    it) and what belongs to them; threads, backends and buffers are the whole run's."""
+    from .load import load_raw
+
+    index = index_trace(path, strict=strict)
+    for w in plan_windows(index, records, context):
+        yield w, load_raw(read_window(index, w, strict, tail_ns=0 if context == 0 else TAIL_NS))
+
+
 # -- the windowed race analysis ------------------------------------------------------------------
 
 @dataclass

@@ -48,6 +48,16 @@ def test_a_synthetic_race_in_every_graph(synthetic):
     assert report.findings.equals(races(load(path)).findings)
 
 
+def test_iter_windows_covers_every_call_once(synthetic):
+    from analysis.windows import iter_windows
+
+    path, graphs = synthetic
+    seen = [t.calls["call_id"] for _, t in iter_windows(path, records=30_000)]
+    assert len(seen) > 5
+    ids = [i for s in seen for i in s.tolist()]
+    assert len(ids) == len(set(ids)) and set(ids) == set(load(path).calls["call_id"].tolist())
+
+
 def test_dask_local_cluster_gives_the_same_findings(synthetic):
     path, _ = synthetic
     local, _ = races_in_windows(path, records=50_000)
