@@ -490,13 +490,18 @@ def _plain(df: pd.DataFrame) -> pd.DataFrame:
     return df.astype({c: "string" for c in cats}) if cats else df
 
 
+_shown_at = {}  # progress: when each stage last printed
+
+
 def print_progress(stage: str, done: int, total: int, elapsed: float) -> None:
-    """A progress line on stderr, rewritten in place."""
+    """A progress line on stderr, rewritten in place (on a terminal) at most once a second."""
+    if done < total and elapsed - _shown_at.get(stage, -1.0) < 1.0:
+        return
+    _shown_at[stage] = elapsed if done < total else -1.0
     rate = done / elapsed if elapsed > 0 else 0
     eta = (total - done) / rate if rate > 0 else 0
     what = {"index": "chunks indexed", "races": "windows analysed", "export": "windows written"}[stage]
+    end = "\n" if done >= total or not sys.stderr.isatty() else ""
     sys.stderr.write(f"\rggml-trace: {done}/{total} {what} ({100 * done / max(total, 1):.0f}%, "
-                     f"{elapsed:.0f} s, about {eta:.0f} s left)   ")
-    if done >= total:
-        sys.stderr.write("\n")
+                     f"{elapsed:.0f} s, about {eta:.0f} s left)   {end}")
     sys.stderr.flush()
