@@ -19,9 +19,9 @@ from .trace_file import (CHUNK_KEPT, CHUNK_MAGIC, CHUNK_RING, CHUNK_SIZE, FILE_C
                          FILE_SNAPSHOT, GPU_API, GPU_CORRELATION, HEADER_SIZE, KIND_IDS, NONE32,
                          RECORD_SIZE, RawTrace, TickClock)
 
-CALL_ID_COUNTER = (1 << 40) - 1
+CALL_ID_COUNTER = (1 << 40) - 1  # call_id = thread << 40 | the thread's call counter
 BLOCK_CHUNKS = 1024  # settled_blocks reads 64 MiB at a time: bounded memory whatever the file's size
-SLOTS = CHUNK_SIZE // RECORD_SIZE  # call_id = thread << 40 | the thread's call counter
+SLOTS = CHUNK_SIZE // RECORD_SIZE
 
 
 @dataclass

@@ -12,8 +12,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .ring import RingWindow
 
 FILE_MAGIC = b"GGMLTRC\0"
 FORMAT_VERSION = 1
@@ -339,6 +343,24 @@ def _leave_out_later_chunks(recs, types, valid, chunks, header, taken_ns):
     valid = valid.copy()
     valid[slots[slots < len(valid)]] = False
     return valid, chunks[~late]
+
+
+def chunk_bytes(records: np.ndarray, first_index: int = 0, thread: int = NONE32) -> np.ndarray:
+    """Whole chunks (bytes) holding `records` (n 64-byte records, any dtype), owned by `thread`
+    and numbered from first_index; the zeros after the last record end its chunk. The one chunk
+    encoder of the Python writers (records appended after a run, windows, generated traces)."""
+    recs = np.ascontiguousarray(records).view(np.uint8).reshape(-1, RECORD_SIZE)
+    per = CHUNK_SIZE // RECORD_SIZE - 1  # slot 0 holds the chunk header
+    n_chunks = -(-len(recs) // per)
+    slots = np.zeros((n_chunks * (per + 1), RECORD_SIZE), np.uint8)
+    heads = np.zeros(n_chunks, CHUNK_HEADER_DTYPE)
+    heads["magic"] = CHUNK_MAGIC
+    heads["thread"] = thread
+    heads["chunk_index"] = first_index + np.arange(n_chunks)
+    slots[:: per + 1] = heads.view(np.uint8).reshape(n_chunks, RECORD_SIZE)
+    i = np.arange(len(recs))
+    slots[(i // per) * (per + 1) + 1 + i % per] = recs
+    return slots.reshape(-1)
 
 
 def _assemble_strings(s: np.ndarray) -> dict[int, str]:

@@ -32,7 +32,7 @@ from .trace_file import (CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK
                          FILE_RING, MAX_RECORD_TYPE, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS, NONE32,
                          RECORD_SIZE, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL, REC_CLOCK, REC_GPU, REC_META,
                          REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, ACCESS_DTYPE, NEST_DTYPE,
-                         TickClock, TraceFormatError, _parse_header, display_path, parse_trace_bytes)
+                         TickClock, TraceFormatError, _parse_header, chunk_bytes, display_path, parse_trace_bytes)
 
 WINDOW_RECORDS = 4_000_000       # records a window aims at (a few GB of analysis at most)
 CONTEXT_GRAPHS = 2               # graphs before a window read with it, to order what follows
@@ -304,20 +304,9 @@ def _read_chunks(index: TraceIndex, positions: np.ndarray) -> np.ndarray:
 
 def _pack(index: TraceIndex, recs: np.ndarray) -> np.ndarray:
     """A trace file's bytes (the index's header page, then chunks) holding `recs`."""
-    per = SLOTS - 1
-    nc = -(-len(recs) // per)
-    body = np.zeros((nc, SLOTS, RECORD_SIZE), np.uint8)
-    head = np.zeros(nc, CHUNK_HEADER_DTYPE)
-    head["magic"] = CHUNK_MAGIC
-    head["thread"] = NONE32
-    head["chunk_index"] = np.arange(nc)
-    body[:, 0, :] = head.view(np.uint8).reshape(nc, RECORD_SIZE)
-    flat = body[:, 1:, :].reshape(-1, RECORD_SIZE)
-    flat[: len(recs)] = recs
-    body[:, 1:, :] = flat.reshape(nc, per, RECORD_SIZE)
     with open(index.path, "rb") as f:
         page = np.frombuffer(f.read(HEADER_SIZE), np.uint8)
-    return np.concatenate([page, body.reshape(-1)])
+    return np.concatenate([page, chunk_bytes(recs)])
 
 
 def iter_windows(path, records: int = WINDOW_RECORDS, context: int = 0, strict: bool = True):

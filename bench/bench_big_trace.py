@@ -26,7 +26,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
 from analysis.trace_file import (CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,  # noqa: E402
                                  HEADER_SIZE, NONE32, RECORD_SIZE, REC_ACCESS, REC_CALL, REC_CLOCK,
-                                 ACCESS_DTYPE, read_trace_file)
+                                 ACCESS_DTYPE, chunk_bytes, read_trace_file)
 from bench_races import build_trace  # noqa: E402
 
 SLOTS = CHUNK_SIZE // RECORD_SIZE
@@ -99,17 +99,7 @@ def _records_by_thread(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _write_chunks(w, recs: np.ndarray, thread: int) -> None:
-    per = SLOTS - 1
-    nc = -(-len(recs) // per)
-    body = np.zeros((nc, SLOTS, RECORD_SIZE), np.uint8)
-    head = np.zeros(nc, CHUNK_HEADER_DTYPE)
-    head["magic"] = CHUNK_MAGIC
-    head["thread"] = thread
-    body[:, 0, :] = head.view(np.uint8).reshape(nc, RECORD_SIZE)
-    flat = body[:, 1:, :].reshape(-1, RECORD_SIZE)
-    flat[: len(recs)] = recs
-    body[:, 1:, :] = flat.reshape(nc, per, RECORD_SIZE)
-    w.write(body.tobytes())
+    w.write(chunk_bytes(recs, thread=thread).tobytes())
 
 
 def main() -> int:

@@ -10,7 +10,6 @@ window covers and how many events it holds.
 """
 import argparse
 import json
-import signal
 import subprocess
 import sys
 import time

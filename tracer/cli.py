@@ -7,8 +7,7 @@ from pathlib import Path
 
 from . import hooks as hooks_mod
 from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
-from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, run_guarded, say,
-                         say_warnings, shown)
+from .cli_common import EXIT_BAD_INPUT, add_reading_args, load_trace, printable, run_guarded, say, shown
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from . import snapshots
 from .record import record, ring_env
@@ -189,13 +188,16 @@ def cmd_races(args) -> int:
 def _windowed(args):
     """(report, warnings, damage) of the analysis in graph windows (analysis/windows.py) when
     asked for, or when the trace is too large to analyse whole here; None otherwise."""
-    from analysis import windows
+    from analysis import TraceFormatError, windows
     from analysis.ring import is_ring
     from analysis.trace_file import read_header
 
     asked = args.dask is not None or args.windows
-    if args.no_windows or not (asked or windows.is_large(args.file)) or is_ring(read_header(args.file)):
-        return None
+    try:
+        if args.no_windows or not (asked or windows.is_large(args.file)) or is_ring(read_header(args.file)):
+            return None
+    except (OSError, TraceFormatError):
+        return None  # the whole-trace path reads it and says what is wrong with it
     strict = not args.lenient
     if args.dask is not None:
         where = args.dask or "a local cluster"

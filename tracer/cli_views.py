@@ -60,14 +60,23 @@ def cmd_timeline(args) -> int:
     return 0
 
 
-def cmd_export(args) -> int:
-    from analysis import windows
-    from analysis.export import export_parquet, export_perfetto
+def _in_windows(args) -> bool:
+    """Export in graph windows: asked for, or a trace too large to load whole (not a ring)."""
+    from analysis import TraceFormatError, windows
     from analysis.ring import is_ring
     from analysis.trace_file import read_header
 
-    if args.format == "parquet" and (args.windows or windows.is_large(args.file)) \
-            and not is_ring(read_header(args.file)):
+    try:
+        return (args.windows or windows.is_large(args.file)) and not is_ring(read_header(args.file))
+    except (OSError, TraceFormatError):
+        return False  # the whole-trace path reads it and says what is wrong with it
+
+
+def cmd_export(args) -> int:
+    from analysis import windows
+    from analysis.export import export_parquet, export_perfetto
+
+    if args.format == "parquet" and _in_windows(args):
         out = args.output or _default_out(args, "-parquet")
         with atomic_output(out, directory=True) as tmp:
             info = windows.export_parquet_windows(args.file, tmp, strict=not args.lenient,

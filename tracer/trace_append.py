@@ -12,13 +12,11 @@ import os
 import numpy as np
 
 from analysis.trace_file import (
-    CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, HEADER_SIZE, META_DTYPE, NONE32, REC_META,
-    REC_SAMPLE, REC_STRING, RECORD_SIZE, SAMPLE_DTYPE, STRING_DTYPE, STRING_PIECE, read_header,
+    CHUNK_SIZE, HEADER_SIZE, META_DTYPE, REC_META, REC_SAMPLE, REC_STRING, RECORD_SIZE, SAMPLE_DTYPE,
+    NONE32, STRING_DTYPE, STRING_PIECE, chunk_bytes, read_header,
 )
 
 VOID = np.dtype((np.void, RECORD_SIZE))
-SLOTS = CHUNK_SIZE // RECORD_SIZE
-PER_CHUNK = SLOTS - 1  # slot 0 holds the chunk header
 MAX_STRING = 0xFFFF * STRING_PIECE  # StringRec.piece is a u16
 
 
@@ -75,21 +73,6 @@ def sample_records(t_ns, device, metric, value) -> np.ndarray:
     s["metric"] = np.array([ids[n] for n in names.tolist()], np.uint64)[which.reshape(-1)]
     s["value"] = value
     return np.concatenate([strings.view(VOID), s.view(VOID)])
-
-
-def chunk_bytes(records: np.ndarray, first_index: int) -> np.ndarray:
-    """Whole chunks holding `records` (64-byte voids), numbered from first_index; the zeros
-    after the last record end its chunk."""
-    n_chunks = -(-len(records) // PER_CHUNK)
-    slots = np.zeros(n_chunks * SLOTS, VOID)
-    heads = np.zeros(n_chunks, CHUNK_HEADER_DTYPE)
-    heads["magic"] = CHUNK_MAGIC
-    heads["thread"] = NONE32
-    heads["chunk_index"] = first_index + np.arange(n_chunks)
-    slots[::SLOTS] = heads.view(VOID)
-    i = np.arange(len(records))
-    slots[(i // PER_CHUNK) * SLOTS + 1 + i % PER_CHUNK] = records
-    return slots.view(np.uint8)
 
 
 def append_records(path, records: np.ndarray) -> None:
