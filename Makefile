@@ -87,6 +87,7 @@ bench: setup
 	$(BUILD_DIR)/hooks-b10531/bench-writer 200000 1 ring
 	$(VPY) bench/bench_load.py
 	$(VPY) bench/bench_races.py --events 1000000
+	$(VPY) bench/bench_vs_others.py --events 2000000
 
 clean:
 	rm -rf $(BUILD_DIR) $(VENV)
