@@ -75,7 +75,8 @@ class Window:
 
 def is_large(path, limit_bytes: int | None = None) -> bool:
     """Whether a trace is better analysed in windows: larger than an eighth of this machine's
-    memory (the in-memory analysis takes several times the file's size), and not a ring."""
+    memory (the in-memory analysis takes several times the file's size). Rings are bounded and
+    read whole whatever this says (the commands check)."""
     if limit_bytes is None:
         limit_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8
     return os.path.getsize(path) > limit_bytes

@@ -18,7 +18,7 @@ class Recording:
     returncode: int
     traces: list = field(default_factory=list)  # the file named -o, then NAME.PID of other processes
     nvml: str = ""  # what became of the GPU counters, one line ("" when not asked for)
-    snapshots: list = field(default_factory=list)  # snapshot.Snapshot taken while it ran
+    snapshots: list = field(default_factory=list)  # snapshots.Snapshot taken while it ran
 
     @property
     def crashed(self) -> bool:
