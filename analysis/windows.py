@@ -321,6 +321,48 @@ def iter_windows(path, records: int = WINDOW_RECORDS, context: int = 0, strict: 
         yield w, load_raw(read_window(index, w, strict, tail_ns=0 if context == 0 else TAIL_NS))
 
 
+def summarize_in_windows(path, records: int = WINDOW_RECORDS, strict: bool = True, progress=None) -> tuple[dict, dict]:
+    """summarize() of a trace of any size, a window at a time: the per-backend counts and busy
+    times add up over windows (each call is in one); an allreduce entry's calls add up, and its
+    path is the one a window could name. Returns (summary, {"windows", "warnings", "damage"})."""
+    index = index_trace(path, progress, strict)
+    plan = plan_windows(index, records, context=0)
+    total, warnings, damage, t_start = None, list(index.damage), list(index.damage), time.monotonic()
+    from .load import load_raw
+
+    for w in plan:
+        trace = load_raw(read_window(index, w, strict, tail_ns=0))
+        part = trace.summary()
+        warnings += trace.warnings
+        damage += trace.damage
+        total = part if total is None else _add_summaries(total, part)
+        if progress:
+            progress("summary", w.number + 1, len(plan), time.monotonic() - t_start)
+    info = {"windows": len(plan), "warnings": list(dict.fromkeys(warnings)), "damage": list(dict.fromkeys(damage))}
+    return total, info
+
+
+def _add_summaries(a: dict, b: dict) -> dict:
+    backends = {x["name"]: dict(x) for x in a["backends"]}
+    for x in b["backends"]:
+        if x["name"] in backends:
+            backends[x["name"]] = {k: v + x[k] if k != "name" else v for k, v in backends[x["name"]].items()}
+        else:
+            backends[x["name"]] = dict(x)
+    reduce = {(r["registry"], r["devices"]): dict(r) for r in a["allreduce"]}
+    for r in b["allreduce"]:
+        key = (r["registry"], r["devices"])
+        if key not in reduce:
+            reduce[key] = dict(r)
+            continue
+        mine = reduce[key]
+        known = mine if mine["path"] != "unknown" else r
+        reduce[key] = dict(known, accepted_calls=mine["accepted_calls"] + r["accepted_calls"],
+                           declined_calls=mine["declined_calls"] + r["declined_calls"])
+    return dict(a, graphs=a["graphs"] + b["graphs"], backends=list(backends.values()),
+                allreduce=list(reduce.values()))
+
+
 # -- the windowed race analysis ------------------------------------------------------------------
 
 @dataclass
@@ -490,7 +532,8 @@ def print_progress(stage: str, done: int, total: int, elapsed: float) -> None:
     _shown_at[stage] = elapsed if done < total else -1.0
     rate = done / elapsed if elapsed > 0 else 0
     eta = (total - done) / rate if rate > 0 else 0
-    what = {"index": "chunks indexed", "races": "windows analysed", "export": "windows written"}[stage]
+    what = {"index": "chunks indexed", "races": "windows analysed", "export": "windows written",
+            "summary": "windows counted"}[stage]
     end = "\n" if done >= total or not sys.stderr.isatty() else ""
     sys.stderr.write(f"\rggml-trace: {done}/{total} {what} ({100 * done / max(total, 1):.0f}%, "
                      f"{elapsed:.0f} s, about {eta:.0f} s left)   {end}")

@@ -119,3 +119,17 @@ def test_partitioned_parquet_export_reads_back_as_the_whole_trace(tmp_path):
         b = part[whole.columns].sort_values(key).reset_index(drop=True).astype(str)
         assert a.equals(b), name
     assert pd.read_parquet(out / "buffers.parquet").shape[0] == len(t.buffers)
+
+
+@pytest.mark.parametrize("name", ["cuda-b10531-tp-2gpu-nccl-cupti", "vulkan-nvidia-b10524-h200",
+                                  "cuda-b11434-partial-nkvo-1gpu-timed"])
+def test_summary_in_windows_adds_up_to_the_whole(name):
+    from analysis.windows import summarize_in_windows
+
+    path = DATA / f"{name}.ggmltrace"
+    whole = load(path).summary()
+    counted, info = summarize_in_windows(path, records=3000)
+    assert info["windows"] > 2
+    assert counted == whole
+    r = ggml_trace("summary", path, "--windows", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["backends"] == whole["backends"], r.stderr

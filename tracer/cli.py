@@ -96,12 +96,15 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    trace = load_trace(args)
-    s = trace.summary()
+    windowed = _windowed_summary(args)
+    if windowed:
+        s, warnings, extra = windowed
+    else:
+        trace = load_trace(args)
+        s, warnings = trace.summary(), trace.warnings
+        extra = dict(damaged=bool(trace.damage), closed=trace.closed, not_attached=trace.not_attached)
     if args.json:
-        s = dict(s, warnings=trace.warnings, damaged=bool(trace.damage), closed=trace.closed,
-                 not_attached=trace.not_attached)
-        print(json.dumps(s, indent=2))
+        print(json.dumps(dict(s, warnings=warnings, **extra), indent=2))
         return 0
     print(f"{shown(args.file)}: {s['graphs']} scheduler graph computes")
     print(f"build: {printable(describe_build(s['build']))}")
@@ -113,9 +116,27 @@ def cmd_summary(args) -> int:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
     for a in s["allreduce"]:
         print(printable(describe_allreduce(a)))
-    for w in trace.warnings:  # in the summary itself: nothing is lost silently
+    for w in warnings:  # in the summary itself: nothing is lost silently
         print(f"warning: {printable(w)}")
     return 0
+
+
+def _windowed_summary(args):
+    """(summary, warnings, extra JSON fields) counted in graph windows for a trace too large to
+    load whole here (or with --windows); None otherwise."""
+    from analysis import TraceFormatError, windows
+    from analysis.ring import is_ring
+    from analysis.trace_file import read_header
+
+    try:
+        if not (args.windows or windows.is_large(args.file)) or is_ring(read_header(args.file)):
+            return None
+    except (OSError, TraceFormatError):
+        return None  # the whole-trace path reads it and says what is wrong with it
+    if not args.windows:
+        say(f"ggml-trace summary: {shown(args.file)} is large: counting it in graph windows")
+    s, info = windows.summarize_in_windows(args.file, strict=not args.lenient, progress=windows.print_progress)
+    return s, info["warnings"], dict(damaged=bool(info["damage"]), windows=info["windows"])
 
 
 def _latencies(text: str) -> str:
@@ -311,6 +332,9 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("summary", help="per-backend splits, copies, synchronizations")
     add_reading_args(p)
+    p.add_argument("--windows", action="store_true",
+                   help="count in graph windows, in bounded memory (the default for a trace larger than an "
+                        "eighth of this machine's memory)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_summary)
 
