@@ -73,13 +73,45 @@ class Window:
     end_ns: int               # its end (the next window's start)
 
 
+class GraphRangeError(ValueError):
+    """A range of graphs the trace does not have."""
+
+
 def is_large(path, limit_bytes: int | None = None) -> bool:
-    """Whether a trace is better analysed in windows: larger than an eighth of this machine's
-    memory (the in-memory analysis takes several times the file's size). Rings are bounded and
-    read whole whatever this says (the commands check)."""
+    """Whether a trace is better read in windows: larger than an eighth of this machine's memory
+    (loading takes several times the file's size), or than GGML_TRACE_WINDOWS_ABOVE bytes when
+    set. Rings are bounded and read whole whatever this says (the commands check)."""
     if limit_bytes is None:
-        limit_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8
+        above = os.environ.get("GGML_TRACE_WINDOWS_ABOVE", "")
+        limit_bytes = (int(above) if above.isdigit()
+                       else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8)
     return os.path.getsize(path) > limit_bytes
+
+
+def load_graphs(path, first: int | None, last: int | None, strict: bool = True):
+    """The trace's scheduler graphs `first` to `last` (graph numbers as in its frames; None: open)
+    as a
+    loaded trace, read in bounded memory: the calls that began from the first one's start to
+    the next one's after `last`, what belongs to them, the GPU activity of that time, and the
+    whole run's threads, backends and buffers."""
+    from .load import load_raw
+
+    index = index_trace(path, strict=strict)
+    ids = index.graph_ids
+    lo = first if first is not None else 0
+    hi = last if last is not None else np.iinfo(np.int64).max
+    at = np.flatnonzero((ids >= lo) & (ids <= hi))
+    asked = f"{'' if first is None else first}:{'' if last is None else last}"
+    if len(at) == 0:
+        have = f"graphs {ids.min()} to {ids.max()}" if len(ids) else "no scheduler graphs"
+        raise GraphRangeError(f"no graph in {asked} in this trace (it has {have})")
+    i0, i1 = int(at.min()), int(at.max()) + 1
+    starts = index.graph_start_ns
+    w = Window(0, i0, i1, int(starts[i0]), int(starts[i0]), int(starts[i1]) if i1 < len(ids) else 1 << 62)
+    trace = load_raw(read_window(index, w, strict))
+    trace.warnings.append(f"{display_path(path)}: graphs {asked} only ({i1 - i0} of {len(ids)}), "
+                          "read in bounded memory (--graphs)")
+    return trace
 
 
 def index_trace(path, progress=None, strict: bool = True) -> TraceIndex:

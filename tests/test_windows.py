@@ -133,3 +133,38 @@ def test_summary_in_windows_adds_up_to_the_whole(name):
     assert counted == whole
     r = ggml_trace("summary", path, "--windows", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["backends"] == whole["backends"], r.stderr
+
+
+def test_graphs_option_reads_only_those_graphs(tmp_path):
+    path = DATA / "cuda-b10531-tp-2gpu-cupti-delay-gpu1.ggmltrace"
+    r = ggml_trace("summary", path, "--graphs", "3:5", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["graphs"] == 3, r.stderr
+    assert "graphs 3:5 only (3 of 17), read in bounded memory" in r.stdout
+    r = ggml_trace("races", path, "--graphs", "4", "--json")
+    found = json.loads(r.stdout)["races"]
+    assert r.returncode == 1 and found[0]["first"]["graph"] == found[0]["last"]["graph"] == 4
+    r = ggml_trace("report", path, "--graphs", "40:50", "-o", tmp_path / "r.html")
+    assert r.returncode == 2 and "no graph in 40:50 in this trace (it has graphs 0 to 16)" in r.stderr
+    r = ggml_trace("summary", path, "--graphs", "5:3")
+    assert r.returncode == 2 and "is not a range of graphs" in r.stderr
+
+
+def test_a_trace_too_large_to_load_is_windowed_or_refused_with_advice(tmp_path):
+    """GGML_TRACE_WINDOWS_ABOVE makes these small traces count as too large for this machine."""
+    import os
+
+    path = DATA / "vulkan-nvidia-b10524-h200.ggmltrace"
+    env = dict(os.environ, GGML_TRACE_WINDOWS_ABOVE="1000")
+    r = ggml_trace("timeline", path, "-o", tmp_path / "t.html", env=env)
+    assert r.returncode == 2 and "too large to load whole here: pick graphs with --graphs" in r.stderr
+    assert not (tmp_path / "t.html").exists()
+    r = ggml_trace("timeline", path, "--graphs", "2:3", "-o", tmp_path / "t.html", env=env)
+    assert r.returncode == 0 and (tmp_path / "t.html").exists(), r.stderr
+    r = ggml_trace("summary", path, "--json", env=env)
+    assert "counting it in graph windows" in r.stderr
+    assert json.loads(r.stdout)["backends"] == load(path).summary()["backends"]
+    r = ggml_trace("races", path, "--json", env=env)
+    assert "analysing it in graph windows" in r.stderr and r.returncode == 1
+    assert json.loads(r.stdout)["races"] == races(load(path)).to_json()["races"]
+    r = ggml_trace("races", path, "--no-windows", env=env)  # whole, as asked
+    assert r.returncode == 1 and "graph windows" not in r.stderr

@@ -129,7 +129,7 @@ def _windowed_summary(args):
     from analysis.trace_file import read_header
 
     try:
-        if not (args.windows or windows.is_large(args.file)) or is_ring(read_header(args.file)):
+        if args.graphs or not (args.windows or windows.is_large(args.file)) or is_ring(read_header(args.file)):
             return None
     except (OSError, TraceFormatError):
         return None  # the whole-trace path reads it and says what is wrong with it
@@ -215,7 +215,7 @@ def _windowed(args):
 
     asked = args.dask is not None or args.windows
     try:
-        if args.no_windows or not (asked or windows.is_large(args.file)) or is_ring(read_header(args.file)):
+        if args.graphs or args.no_windows or not (asked or windows.is_large(args.file)) or is_ring(read_header(args.file)):
             return None
     except (OSError, TraceFormatError):
         return None  # the whole-trace path reads it and says what is wrong with it

@@ -15,18 +15,56 @@ from pathlib import Path
 EXIT_BAD_INPUT = 2
 
 
-def add_reading_args(p) -> None:
-    """The trace argument and --lenient, for every command that reads a trace."""
+class TooLarge(Exception):
+    """A trace too large to load whole here, for a command that needs it whole."""
+
+
+def add_reading_args(p, graphs: bool = True) -> None:
+    """The trace argument, --lenient and --graphs, for every command that reads a trace (the
+    timeline has a --graphs of its own)."""
     p.add_argument("file")
     p.add_argument("--lenient", action="store_true",
                    help="load a damaged trace: drop the records that fail the reader's checks "
                         "(each loss is reported) instead of refusing the file")
+    if graphs:
+        p.add_argument("--graphs", type=graph_range, metavar="A:B",
+                       help="read only the scheduler graphs A to B (inclusive; A:, :B or one graph N) and what "
+                            "they did, in bounded memory: for a trace too large to load whole")
+
+
+def graph_range(text: str) -> tuple:
+    """--graphs: 'A:B', 'A-B', 'A:', ':B' or 'N' -> (A or None, B or None)."""
+    import argparse
+
+    a, sep, b = text.replace("-", ":", 1).partition(":")
+    a, b = a.strip(), (b.strip() if sep else a.strip())
+    if (a and not a.isdigit()) or (b and not b.isdigit()) or (a and b and int(b) < int(a)) or not (a or b):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a range of graphs (e.g. 120:140)")
+    return (int(a) if a else None), (int(b) if b else None)
 
 
 def load_trace(args):
-    from analysis import load
+    """The trace named on the command line, loaded whole, or only the graphs --graphs names. A
+    trace too large to load here is refused with what to do instead, unless asked for whole."""
+    from analysis import load, windows
+    from analysis.ring import is_ring
+    from analysis.trace_file import read_header
 
-    return load(args.file, strict=not getattr(args, "lenient", False))
+    strict = not getattr(args, "lenient", False)
+    try:
+        large = windows.is_large(args.file) and not is_ring(read_header(args.file))
+    except Exception:  # noqa: BLE001 - load() below says what is wrong with the file
+        large = False
+    graphs = getattr(args, "graphs", None)
+    if isinstance(graphs, str):  # the timeline draws its --graphs of the whole trace, unless that is too large
+        graphs = graph_range(graphs) if large else None
+    if graphs:
+        return windows.load_graphs(args.file, *graphs, strict=strict)
+    if large and not getattr(args, "no_windows", False):
+        size = os.path.getsize(args.file)
+        raise TooLarge(f"{size / 2**20:,.0f} MiB is too large to load whole here: pick graphs with --graphs A:B "
+                       "(`ggml-trace summary` counts them), or export it (`export --format parquet`)")
+    return load(args.file, strict=strict)
 
 
 def shown(path) -> str:
@@ -69,6 +107,10 @@ def error_line(command: str, args, e: BaseException) -> str:
     if isinstance(e, OSError):
         name = f" ({shown(e.filename)})" if e.filename else ""
         return f"ggml-trace {command}: {where}{e.strerror or e}{name}"
+    from analysis.windows import GraphRangeError
+
+    if isinstance(e, (TooLarge, GraphRangeError)):
+        return f"ggml-trace {command}: {where}{printable(e)}"
     if isinstance(e, MemoryError):
         return f"ggml-trace {command}: {where}out of memory (the trace is damaged or too large)"
     if isinstance(e, ModuleNotFoundError):  # a missing package is not a damaged trace

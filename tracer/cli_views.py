@@ -67,7 +67,8 @@ def _in_windows(args) -> bool:
     from analysis.trace_file import read_header
 
     try:
-        return (args.windows or windows.is_large(args.file)) and not is_ring(read_header(args.file))
+        return (not args.graphs and (args.windows or windows.is_large(args.file))
+                and not is_ring(read_header(args.file)))
     except (OSError, TraceFormatError):
         return False  # the whole-trace path reads it and says what is wrong with it
 
@@ -183,10 +184,11 @@ def cmd_view(args) -> int:
 def add_view_commands(sub):
     """Adds the presentation subcommands to the `ggml-trace` argument parser."""
     p = sub.add_parser("timeline", help="self-contained HTML timeline (Nsight-style rows, WebGL)")
-    add_reading_args(p)
+    add_reading_args(p, graphs=False)
     p.add_argument("-o", "--output", help="HTML file (default: FILE's name with .html)")
     p.add_argument("--graphs", metavar="A:B",
-                   help="only scheduler graphs A..B (inclusive; A:, :B or one graph N)")
+                   help="only scheduler graphs A..B (inclusive; A:, :B or one graph N); of a trace too large to "
+                        "load whole, only those graphs are read")
     p.add_argument("--backend", action="append", metavar="NAME",
                    help="only this backend's rows (repeatable; a prefix such as RPC0 works)")
     p.add_argument("--window", metavar="START_US:END_US",
