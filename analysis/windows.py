@@ -566,7 +566,8 @@ def print_progress(stage: str, done: int, total: int, elapsed: float) -> None:
     eta = (total - done) / rate if rate > 0 else 0
     what = {"index": "chunks indexed", "races": "windows analysed", "export": "windows written",
             "summary": "windows counted"}[stage]
-    end = "\n" if done >= total or not sys.stderr.isatty() else ""
-    sys.stderr.write(f"\rggml-trace: {done}/{total} {what} ({100 * done / max(total, 1):.0f}%, "
-                     f"{elapsed:.0f} s, about {eta:.0f} s left)   {end}")
+    tty = sys.stderr.isatty()
+    end = "\n" if done >= total or not tty else ""
+    sys.stderr.write(f"{chr(13) if tty else ''}ggml-trace: {done}/{total} {what} ({100 * done / max(total, 1):.0f}%, "
+                     f"{elapsed:.0f} s, about {eta:.0f} s left){'   ' if tty else ''}{end}")
     sys.stderr.flush()

@@ -37,6 +37,12 @@ def runs(path: str, out: Path):
         yield "report", ["report", *lenient, path, "-o", str(out / "r.html")], out / "r.html"
         yield "export", ["export", *lenient, path, "-o", str(out / "p.json")], out / "p.json"
         yield "parquet", ["export", "--format", "parquet", *lenient, path, "-o", str(out / "pq")], out / "pq"
+        # in graph windows (bounded memory), as for a trace larger than memory
+        yield "races-windows", ["races", "--windows", "--window-records", "2000", *lenient, path], None
+        yield "summary-windows", ["summary", "--windows", *lenient, path], None
+        yield "parquet-windows", ["export", "--format", "parquet", "--windows", *lenient, path, "-o",
+                                  str(out / "pqw")], out / "pqw"
+        yield "snapshot", ["snapshot", path, "-o", str(out / "s.ggmltrace")], out / "s.ggmltrace"
 
 
 def main_() -> None:

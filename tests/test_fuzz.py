@@ -175,10 +175,10 @@ def test_fuzz_commands(tmp_path_factory, cases):
     r = subprocess.run([sys.executable, str(Path(__file__).parent / "fuzz_commands.py"),
                         str(COMMAND_SECONDS), str(d), *map(str, files)],
                        capture_output=True, text=True, preexec_fn=_cap,
-                       timeout=COMMAND_SECONDS * 12 * FILES_PER_BATCH)
+                       timeout=COMMAND_SECONDS * 14 * FILES_PER_BATCH)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [json.loads(x) for x in r.stdout.splitlines()]
-    assert len(lines) == 9 * FILES_PER_BATCH
+    assert len(lines) == 13 * FILES_PER_BATCH
     for x in lines:
         what = (x["run"], cases[x["file"]][1], x["stderr"][-2000:])
         assert x["rc"] in (0, 1, 2), what
