@@ -9,19 +9,17 @@ Strings, metadata, threads, backends and buffers live in chunks a ring never rec
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from .trace_file import (CHUNK_KEPT, CHUNK_MAGIC, CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING,
                          FILE_SNAPSHOT, GPU_API, GPU_CORRELATION, HEADER_SIZE, KIND_IDS, NONE32,
-                         RECORD_SIZE, RawTrace, TickClock)
+                         RECORD_SIZE, SLOTS_PER_CHUNK, RawTrace, TickClock)
 
 CALL_ID_COUNTER = (1 << 40) - 1  # call_id = thread << 40 | the thread's call counter
 BLOCK_CHUNKS = 1024  # settled_blocks reads 64 MiB at a time: bounded memory whatever the file's size
-SLOTS = CHUNK_SIZE // RECORD_SIZE
 
 
 @dataclass
@@ -206,8 +204,8 @@ def _chunk_heads(block: np.ndarray) -> np.ndarray:
 
 
 def _settled_chunks(first_heads: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, int]:
-    rb = b.reshape(-1, SLOTS, RECORD_SIZE)
-    rc = c.reshape(-1, SLOTS, RECORD_SIZE).copy()
+    rb = b.reshape(-1, SLOTS_PER_CHUNK, RECORD_SIZE)
+    rc = c.reshape(-1, SLOTS_PER_CHUNK, RECORD_SIZE).copy()
     ha = np.zeros((len(rc), RECORD_SIZE), np.uint8)  # chunks the first pass did not see: never stable
     seen = min(len(rc), len(first_heads))
     ha[:seen] = first_heads[:seen]

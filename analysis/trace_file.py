@@ -24,6 +24,7 @@ FORMAT_VERSION = 1
 HEADER_SIZE = 4096
 RECORD_SIZE = 64
 CHUNK_SIZE = 64 * 1024
+SLOTS_PER_CHUNK = CHUNK_SIZE // RECORD_SIZE  # slot 0 holds the chunk header
 CHUNK_MAGIC = 0x4B4E4843  # "CHNK"
 STRING_PIECE = 48
 NONE32 = 0xFFFFFFFF
@@ -308,11 +309,17 @@ def read_header(path: str | os.PathLike) -> dict:
     return _parse_header(data, display_path(path))
 
 
+def records_before_first_zero(types: np.ndarray) -> np.ndarray:
+    """Which record slots of chunks hold records, from their type bytes (chunks, slots 1..):
+    the first zero ends a chunk, whatever follows it."""
+    return ~np.logical_or.accumulate(types == 0, axis=1)
+
+
 def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which record slots hold records: slot >= 1 of a used chunk, before the chunk's first zero.
 
     Returns (mask over all slots, chunk header array of the used chunks)."""
-    per_chunk = CHUNK_SIZE // RECORD_SIZE
+    per_chunk = SLOTS_PER_CHUNK
     n = len(types)
     n_chunks = -(-n // per_chunk)
     # Slot 0 of every chunk is its header; every counted chunk has a whole header record.
@@ -322,10 +329,8 @@ def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray,
     t2 = np.zeros(n_chunks * per_chunk, dtype=np.uint8)
     t2[:n] = types
     t2 = t2.reshape(n_chunks, per_chunk)
-    # "Seen a zero" so far in this chunk: the first zero type ends the chunk.
-    ended = np.logical_or.accumulate(t2[:, 1:] == 0, axis=1)
     mask = np.zeros((n_chunks, per_chunk), dtype=bool)
-    mask[:, 1:] = ~ended & used[:, None]
+    mask[:, 1:] = records_before_first_zero(t2[:, 1:]) & used[:, None]
     return mask.reshape(-1)[:n], heads[used].copy()
 
 
@@ -337,7 +342,7 @@ def _leave_out_later_chunks(recs, types, valid, chunks, header, taken_ns):
     late = claimed_after(chunks, clocks, header, taken_ns)
     if not late.any():
         return valid, chunks
-    per_chunk = CHUNK_SIZE // RECORD_SIZE
+    per_chunk = SLOTS_PER_CHUNK
     position = np.flatnonzero(recs[::per_chunk].view(CHUNK_HEADER_DTYPE)["magic"] == CHUNK_MAGIC)[late]
     slots = (position[:, None] * per_chunk + np.arange(per_chunk)).reshape(-1)
     valid = valid.copy()
@@ -350,7 +355,7 @@ def chunk_bytes(records: np.ndarray, first_index: int = 0, thread: int = NONE32)
     and numbered from first_index; the zeros after the last record end its chunk. The one chunk
     encoder of the Python writers (records appended after a run, windows, generated traces)."""
     recs = np.ascontiguousarray(records).view(np.uint8).reshape(-1, RECORD_SIZE)
-    per = CHUNK_SIZE // RECORD_SIZE - 1  # slot 0 holds the chunk header
+    per = SLOTS_PER_CHUNK - 1
     n_chunks = -(-len(recs) // per)
     slots = np.zeros((n_chunks * (per + 1), RECORD_SIZE), np.uint8)
     heads = np.zeros(n_chunks, CHUNK_HEADER_DTYPE)
@@ -402,7 +407,7 @@ def _damaged_chunks(recs: np.ndarray, types: np.ndarray) -> tuple[int, int, int]
     """Chunks whose header is not CHUNK_MAGIC but whose first slot holds a record: the writer
     stores the magic before any record, so their header was damaged. Returns (chunks, records
     before each one's first zero, file offset of the first such chunk or -1)."""
-    per_chunk = CHUNK_SIZE // RECORD_SIZE
+    per_chunk = SLOTS_PER_CHUNK
     n_chunks = -(-len(types) // per_chunk)
     heads = recs[::per_chunk].view(CHUNK_HEADER_DTYPE)
     t2 = np.zeros(n_chunks * per_chunk, dtype=np.uint8)
@@ -411,7 +416,7 @@ def _damaged_chunks(recs: np.ndarray, types: np.ndarray) -> tuple[int, int, int]
     bad = np.flatnonzero((heads["magic"] != CHUNK_MAGIC) & (t2[:, 1] != 0))
     if len(bad) == 0:
         return 0, 0, -1
-    n_recs = int((~np.logical_or.accumulate(t2[bad, 1:] == 0, axis=1)).sum())
+    n_recs = int(records_before_first_zero(t2[bad, 1:]).sum())
     return len(bad), n_recs, HEADER_SIZE + int(bad[0]) * CHUNK_SIZE
 
 
@@ -489,7 +494,7 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
     if header["file_flags"] & FILE_RING:
         raw.closed = bool(header["file_flags"] & FILE_CLOSED)
     else:
-        raw.closed = len(raw.chunks) + n_bad >= -(-n // (CHUNK_SIZE // RECORD_SIZE))
+        raw.closed = len(raw.chunks) + n_bad >= -(-n // SLOTS_PER_CHUNK)
     types = np.where(valid, types, 0).astype(np.uint8)
 
     unknown = types > MAX_RECORD_TYPE

@@ -32,13 +32,13 @@ from .trace_file import (CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK
                          FILE_RING, MAX_RECORD_TYPE, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS, NONE32,
                          RECORD_SIZE, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL, REC_CLOCK, REC_GPU, REC_META,
                          REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, ACCESS_DTYPE, NEST_DTYPE,
-                         TickClock, TraceFormatError, _parse_header, chunk_bytes, display_path, parse_trace_bytes)
+                         SLOTS_PER_CHUNK, TickClock, TraceFormatError, _parse_header, chunk_bytes, display_path,
+                         parse_trace_bytes, records_before_first_zero)
 
 WINDOW_RECORDS = 4_000_000       # records a window aims at (a few GB of analysis at most)
 CONTEXT_GRAPHS = 2               # graphs before a window read with it, to order what follows
 TAIL_NS = 1_000_000_000          # device-side records are written up to this long after their call
 BLOCK_CHUNKS = 1024              # the index pass reads 64 MiB at a time
-SLOTS = CHUNK_SIZE // RECORD_SIZE
 GLOBAL_TYPES = [REC_STRING, REC_META, REC_THREAD, REC_BACKEND, REC_BUFFER, REC_CLOCK, REC_SAMPLE]
 DEVICE_EXEC = KIND_IDS["device_exec"]
 U64_MAX = np.iinfo(np.uint64).max
@@ -61,6 +61,8 @@ class TraceIndex:
     cut: bool                 # the file ends inside a chunk
     closed: bool              # no unused chunks: the writer closed the file
     damage: list              # what the index pass found damaged (strict=False; strict raises)
+    clock: TickClock          # from the trace's clock points (all in `globals`)
+    header_page: np.ndarray   # the file's first HEADER_SIZE bytes, for the windows' own files
 
 
 @dataclass
@@ -132,7 +134,8 @@ def index_trace(path, progress=None, strict: bool = True) -> TraceIndex:
 
 
 def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
-    header = _parse_header(np.frombuffer(os.pread(fd, HEADER_SIZE, 0), np.uint8), shown)
+    header_page = np.frombuffer(os.pread(fd, HEADER_SIZE, 0), np.uint8)
+    header = _parse_header(header_page, shown)
     if header["file_flags"] & FILE_RING:
         raise TraceFormatError(f"{shown}: a flight recorder's file is bounded: analyse it whole")
     body_size = max(size - HEADER_SIZE, 0)
@@ -148,11 +151,11 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
         blk = np.frombuffer(os.pread(fd, nc * CHUNK_SIZE, HEADER_SIZE + first * CHUNK_SIZE), np.uint8)
         if len(blk) < nc * CHUNK_SIZE:
             raise TraceFormatError(f"{shown}: the file shrank while it was read")
-        blk = blk.reshape(nc, SLOTS, RECORD_SIZE)
+        blk = blk.reshape(nc, SLOTS_PER_CHUNK, RECORD_SIZE)
         heads = blk[:, 0, :].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
         used = heads["magic"] == CHUNK_MAGIC
         types = blk[:, 1:, 0]
-        valid = ~np.logical_or.accumulate(types == 0, axis=1) & used[:, None]
+        valid = records_before_first_zero(types) & used[:, None]
         # damage, as read_trace_file sees it: unknown record types, records in a chunk without a header
         odd = valid & (types > MAX_RECORD_TYPE)
         damaged = ~used & (types[:, 0] != 0)
@@ -216,7 +219,7 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
     graph_ids, graph_start = _graph_starts(cat["graph"], cat["graph_t"], clock)
     return TraceIndex(path, header, size, cat["pos"].astype(np.int64), lo_ns, hi_ns,
                       cat["n"].astype(np.int64), globals_, graph_ids, graph_start, operations, accesses,
-                      body_size % CHUNK_SIZE != 0, unused == 0, damage)
+                      body_size % CHUNK_SIZE != 0, unused == 0, damage, clock, header_page)
 
 
 def _span(clock, ticks, gpu_ns, t0, pick, none):
@@ -278,22 +281,22 @@ def read_window(index: TraceIndex, w: Window, strict: bool = True, tail_ns: int 
     """A RawTrace of one window: the index's global records, the calls that began in it (with
     its context), everything that belongs to them, and the GPU activity of its time (up to
     `tail_ns` after it: work a device ran after the window's last call)."""
+    # (chunks as far as TAIL_NS on whatever tail_ns: device-side records of the window's calls
+    # are written after them, and are kept by their call, not by their time)
     sel = (index.hi_ns >= w.context_ns) & (index.lo_ns < w.end_ns + TAIL_NS)
     recs = _read_chunks(index, index.positions[sel])
     types = recs[:, 0]
     calls = recs[types == REC_CALL].copy().view(CALL_DTYPE)[:, 0]
-    clock = TickClock.from_trace(index.header, index.globals[index.globals[:, 0] == REC_CLOCK]
-                                 .copy().view(CLOCK_DTYPE)[:, 0])
-    begin = clock.to_ns(calls["t_begin"].astype(np.int64))
+    begin = index.clock.to_ns(calls["t_begin"].astype(np.int64))
     host = calls["kind"] != DEVICE_EXEC
     in_window = host & (begin >= w.context_ns) & (begin < w.end_ns)
-    ids = np.sort(calls["call_id"][in_window].astype(np.uint64))
-    keep_call = in_window | (~host & _member(calls["obj"].astype(np.uint64), ids))
+    ids = calls["call_id"][in_window].astype(np.uint64)
+    keep_call = in_window | (~host & np.isin(calls["obj"].astype(np.uint64), ids))
     keep = np.zeros(len(recs), bool)
     keep[np.flatnonzero(types == REC_CALL)[keep_call]] = True
     for rtype, dtype in ((REC_ACCESS, ACCESS_DTYPE), (REC_PLACE, ACCESS_DTYPE), (REC_NEST, NEST_DTYPE)):
         at = np.flatnonzero(types == rtype)
-        keep[at] = _member(recs[at].copy().view(dtype)[:, 0]["call_id"].astype(np.uint64), ids)
+        keep[at] = np.isin(recs[at].copy().view(dtype)[:, 0]["call_id"].astype(np.uint64), ids)
     at = np.flatnonzero(types == REC_GPU)
     gpu = recs[at].copy().view(GPU_DTYPE)[:, 0]
     t0 = index.header["t0_monotonic_ns"]
@@ -301,15 +304,8 @@ def read_window(index: TraceIndex, w: Window, strict: bool = True, tail_ns: int 
     untimed = (gpu["kind"] == GPU_CORRELATION) | (gpu["kind"] == GPU_API)
     keep[at] = untimed | ((gb >= w.context_ns) & (gb < w.end_ns + tail_ns))
     chosen = np.concatenate([index.globals, recs[keep]])
-    raw = parse_trace_bytes(_pack(index, chosen), index.path, index.header, strict)
-    return raw
-
-
-def _member(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
-    if len(sorted_ids) == 0:
-        return np.zeros(len(values), bool)
-    pos = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
-    return sorted_ids[pos] == values
+    data = np.concatenate([index.header_page, chunk_bytes(chosen)])  # a trace file's bytes, in memory
+    return parse_trace_bytes(data, index.path, index.header, strict)
 
 
 def _read_chunks(index: TraceIndex, positions: np.ndarray) -> np.ndarray:
@@ -320,26 +316,19 @@ def _read_chunks(index: TraceIndex, positions: np.ndarray) -> np.ndarray:
     breaks = np.flatnonzero(np.diff(positions) != 1) + 1
     starts = np.r_[positions[0], positions[breaks]]
     counts = np.diff(np.r_[0, breaks, len(positions)])
-    out = np.empty((len(positions), SLOTS, RECORD_SIZE), np.uint8)
+    out = np.empty((len(positions), SLOTS_PER_CHUNK, RECORD_SIZE), np.uint8)
     fd = os.open(index.path, os.O_RDONLY)
     try:
         at = 0
         for start, n in zip(starts.tolist(), counts.tolist()):
             buf = os.pread(fd, n * CHUNK_SIZE, HEADER_SIZE + start * CHUNK_SIZE)
-            out[at:at + n] = np.frombuffer(buf, np.uint8).reshape(n, SLOTS, RECORD_SIZE)
+            out[at:at + n] = np.frombuffer(buf, np.uint8).reshape(n, SLOTS_PER_CHUNK, RECORD_SIZE)
             at += n
     finally:
         os.close(fd)
     chunks = out[:, 1:, :]
-    valid = ~np.logical_or.accumulate(chunks[:, :, 0] == 0, axis=1)
+    valid = records_before_first_zero(chunks[:, :, 0])
     return chunks[valid]
-
-
-def _pack(index: TraceIndex, recs: np.ndarray) -> np.ndarray:
-    """A trace file's bytes (the index's header page, then chunks) holding `recs`."""
-    with open(index.path, "rb") as f:
-        page = np.frombuffer(f.read(HEADER_SIZE), np.uint8)
-    return np.concatenate([page, chunk_bytes(recs)])
 
 
 def iter_windows(path, records: int = WINDOW_RECORDS, context: int = 0, strict: bool = True):

@@ -26,10 +26,10 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
 from analysis.trace_file import (CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,  # noqa: E402
                                  HEADER_SIZE, NONE32, RECORD_SIZE, REC_ACCESS, REC_CALL, REC_CLOCK,
-                                 ACCESS_DTYPE, chunk_bytes, read_trace_file)
+                                 SLOTS_PER_CHUNK, ACCESS_DTYPE, chunk_bytes, read_trace_file,
+                                 records_before_first_zero)
 from bench_races import build_trace  # noqa: E402
 
-SLOTS = CHUNK_SIZE // RECORD_SIZE
 
 
 def tile(template: str, out: str, events: int) -> tuple[int, int]:
@@ -90,10 +90,10 @@ def tile(template: str, out: str, events: int) -> tuple[int, int]:
 def _records_by_thread(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Every record of a trace file (n, 64) in file order, and the thread of its chunk."""
     data = np.fromfile(path, np.uint8)[HEADER_SIZE:]
-    chunks = data[: len(data) // CHUNK_SIZE * CHUNK_SIZE].reshape(-1, SLOTS, RECORD_SIZE)
+    chunks = data[: len(data) // CHUNK_SIZE * CHUNK_SIZE].reshape(-1, SLOTS_PER_CHUNK, RECORD_SIZE)
     heads = chunks[:, 0, :].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
     used = heads["magic"] == CHUNK_MAGIC
-    valid = ~np.logical_or.accumulate(chunks[:, 1:, 0] == 0, axis=1) & used[:, None]
+    valid = records_before_first_zero(chunks[:, 1:, 0]) & used[:, None]
     thread = np.broadcast_to(heads["thread"][:, None], valid.shape)
     return chunks[:, 1:, :][valid], thread[valid]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from . import hooks as hooks_mod
 from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
-from .cli_common import EXIT_BAD_INPUT, add_reading_args, load_trace, printable, run_guarded, say, shown
+from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, read_in_windows, run_guarded,
+                         say, shown)
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from . import snapshots
 from .record import record, ring_env
@@ -124,15 +125,10 @@ def cmd_summary(args) -> int:
 def _windowed_summary(args):
     """(summary, warnings, extra JSON fields) counted in graph windows for a trace too large to
     load whole here (or with --windows); None otherwise."""
-    from analysis import TraceFormatError, windows
-    from analysis.ring import is_ring
-    from analysis.trace_file import read_header
+    from analysis import windows
 
-    try:
-        if args.graphs or not (args.windows or windows.is_large(args.file)) or is_ring(read_header(args.file)):
-            return None
-    except (OSError, TraceFormatError):
-        return None  # the whole-trace path reads it and says what is wrong with it
+    if args.graphs or not read_in_windows(args.file, args.windows):
+        return None
     if not args.windows:
         say(f"ggml-trace summary: {shown(args.file)} is large: counting it in graph windows")
     s, info = windows.summarize_in_windows(args.file, strict=not args.lenient, progress=windows.print_progress)
@@ -209,16 +205,10 @@ def cmd_races(args) -> int:
 def _windowed(args):
     """(report, warnings, damage) of the analysis in graph windows (analysis/windows.py) when
     asked for, or when the trace is too large to analyse whole here; None otherwise."""
-    from analysis import TraceFormatError, windows
-    from analysis.ring import is_ring
-    from analysis.trace_file import read_header
+    from analysis import windows
 
-    asked = args.dask is not None or args.windows
-    try:
-        if args.graphs or args.no_windows or not (asked or windows.is_large(args.file)) or is_ring(read_header(args.file)):
-            return None
-    except (OSError, TraceFormatError):
-        return None  # the whole-trace path reads it and says what is wrong with it
+    if args.graphs or args.no_windows or not read_in_windows(args.file, args.dask is not None or args.windows):
+        return None
     strict = not args.lenient
     if args.dask is not None:
         where = args.dask or "a local cluster"

@@ -43,18 +43,27 @@ def graph_range(text: str) -> tuple:
     return (int(a) if a else None), (int(b) if b else None)
 
 
+def read_in_windows(path, asked: bool = False) -> bool:
+    """Whether a command reads `path` in graph windows (analysis/windows.py): asked for, or too
+    large to load whole here, and not a flight recorder's file (bounded: always read whole). A
+    file that cannot be read says no: the whole-trace path then says what is wrong with it."""
+    from analysis import TraceFormatError, windows
+    from analysis.ring import is_ring
+    from analysis.trace_file import read_header
+
+    try:
+        return (asked or windows.is_large(path)) and not is_ring(read_header(path))
+    except (OSError, TraceFormatError):
+        return False
+
+
 def load_trace(args):
     """The trace named on the command line, loaded whole, or only the graphs --graphs names. A
     trace too large to load here is refused with what to do instead, unless asked for whole."""
     from analysis import load, windows
-    from analysis.ring import is_ring
-    from analysis.trace_file import read_header
 
     strict = not getattr(args, "lenient", False)
-    try:
-        large = windows.is_large(args.file) and not is_ring(read_header(args.file))
-    except Exception:  # noqa: BLE001 - load() below says what is wrong with the file
-        large = False
+    large = read_in_windows(args.file)
     graphs = getattr(args, "graphs", None)
     if isinstance(graphs, str):  # the timeline draws its --graphs of the whole trace, unless that is too large
         graphs = graph_range(graphs) if large else None

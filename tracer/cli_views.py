@@ -12,7 +12,7 @@ import threading
 import webbrowser
 from pathlib import Path
 
-from .cli_common import add_reading_args, atomic_output, load_trace, say, say_warnings, shown
+from .cli_common import add_reading_args, atomic_output, load_trace, read_in_windows, say, say_warnings, shown
 
 
 def _pair(text: str, what: str, conv=float):
@@ -60,24 +60,11 @@ def cmd_timeline(args) -> int:
     return 0
 
 
-def _in_windows(args) -> bool:
-    """Export in graph windows: asked for, or a trace too large to load whole (not a ring)."""
-    from analysis import TraceFormatError, windows
-    from analysis.ring import is_ring
-    from analysis.trace_file import read_header
-
-    try:
-        return (not args.graphs and (args.windows or windows.is_large(args.file))
-                and not is_ring(read_header(args.file)))
-    except (OSError, TraceFormatError):
-        return False  # the whole-trace path reads it and says what is wrong with it
-
-
 def cmd_export(args) -> int:
     from analysis import windows
     from analysis.export import export_parquet, export_perfetto
 
-    if args.format == "parquet" and _in_windows(args):
+    if args.format == "parquet" and not args.graphs and read_in_windows(args.file, args.windows):
         out = args.output or _default_out(args, "-parquet")
         with atomic_output(out, directory=True) as tmp:
             info = windows.export_parquet_windows(args.file, tmp, strict=not args.lenient,
