@@ -8,7 +8,11 @@
 #include <atomic>
 #include <mutex>
 
+#include "capture.h"
+#include "delay.h"
+#include "device_timing.h"
 #include "ggml_api.h"
+#include "registry.h"
 #include "trace_writer.h"
 
 namespace ggml_trace {
@@ -110,6 +114,50 @@ void comm_free_hook(void * ctx) {
         for (int i = 0; i < g_n_regs && !orig; i++) orig = g_regs[i].free;
     }
     if (orig) orig(ctx);
+}
+
+// One call of a backend's own allreduce (comm.h): a record per device, each delayed and timed on
+// that device's queue. The kernels CUPTI sees during the call correlate to the first device's record.
+bool traced_comm_allreduce(const CommGroup & g, ggml_tensor ** tensors) {
+    if (!capturing()) {
+        return g.allreduce(g.ctx, tensors);
+    }
+    static std::atomic<uint64_t> next_seq{0};
+    uint64_t seq = next_seq.fetch_add(1);
+    Call c(K_COMM_ALLREDUCE);
+    CallRec r[COMM_MAX_DEVICES];
+    BackendEntry * e[COMM_MAX_DEVICES];
+    TimedOp timed[COMM_MAX_DEVICES];
+    for (int i = 0; i < g.n; i++) {
+        r[i] = c.r;
+        r[i].call_id = i == 0 ? c.id() : next_call_id();
+        e[i] = find_backend(g.backends[i]);
+        r[i].backend = e[i] ? e[i]->index : NONE32;
+        r[i].obj = (uint64_t) (uintptr_t) g.ctx;
+        r[i].arg = seq;
+        if (!e[i]) continue;
+        if (delay_on()) delay_before(r[i], g.backends[i], e[i]->index, e[i]->orig, nullptr, tensors[i], nullptr);
+        timed[i] = device_timing_begin(g.backends[i], e[i]->index, e[i]->orig);
+    }
+    uint64_t t_begin = now_ticks();
+    bool ok = g.allreduce(g.ctx, tensors);
+    uint64_t t_end = now_ticks();
+    for (int i = 0; i < g.n; i++) {
+        if (ok && e[i]) {
+            device_timing_end(timed[i], g.backends[i], r[i]);
+        } else {
+            device_timing_cancel(timed[i]);
+        }
+        r[i].t_begin = t_begin;
+        r[i].t_end = t_end;
+        r[i].flags = ok ? 0 : CALL_DECLINED;  // the meta backend's butterfly follows
+        if (ok && tensors[i]) {
+            emit_tensor(REC_ACCESS, ACC_READ, r[i].call_id, tensors[i], 0, NONE32);
+            emit_tensor(REC_ACCESS, ACC_WRITE, r[i].call_id, tensors[i], 0, NONE32);
+        }
+        commit_call(r[i]);
+    }
+    return ok;
 }
 
 bool comm_allreduce_hook(void * ctx, ggml_tensor ** tensors) {

@@ -27,7 +27,4 @@ struct CommGroup {
 // backend is created, so that a meta backend made from here on finds our wrappers.
 void comm_patch_registries();
 
-// Defined by hooks.cpp: records one allreduce call of `g` and makes it.
-bool traced_comm_allreduce(const CommGroup & g, ggml_tensor ** tensors);
-
 }  // namespace ggml_trace

@@ -11,12 +11,13 @@
 #include <mutex>
 #include <thread>
 
+#include "capture.h"
 #include "cupti_mode.h"
 #include "device_timing.h"
 #include "ggml_api.h"
+#include "observer_api.h"
 #include "registry.h"
 #include "trace_writer.h"
-#include "virtual_device.h"
 
 namespace ggml_trace {
 
@@ -25,9 +26,12 @@ namespace {
 // ---------------------------------------------------------------- rule set-up
 
 std::once_flag g_ops_once;
+// The virtual devices' own queue stall, when their library is loaded (observer_api.h).
+decltype(&ggml_trace_vdev_delay) g_vdev_delay = nullptr;
 
 // op= names are checked against the program's own ggml (its op list changes between versions).
 void resolve_ops() {
+    g_vdev_delay = (decltype(g_vdev_delay)) ggml_symbol("ggml_trace_vdev_delay");
     const char * (*op_name)(enum ggml_op) = nullptr;
     resolve_symbol(op_name, "ggml_op_name", false, "delay rules with op=");
     for (int i = 0; i < g_delay_n_rules; i++) {
@@ -467,7 +471,7 @@ void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const 
         uint64_t t0 = now_ticks();
         uint8_t where = DELAY_HOST;
         bool failed = false;
-        if (vdev_delay(backend, hits[i].ns, delay)) {
+        if (g_vdev_delay && g_vdev_delay(backend, hits[i].ns, delay.call_id, delay.graph, delay.split)) {
             where = DELAY_QUEUE;
         } else {
             Injected inj = stream ? stream_delay(backend, index, orig, hits[i].ns, delay) : INJ_NO;

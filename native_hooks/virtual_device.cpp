@@ -4,9 +4,13 @@
 // Per-operation latency, copy bandwidth and seeded jitter emulate a slow or underclocked GPU, so the
 // ordering bugs that async backends expose show up on any machine.
 //
-// Enabled by GGML_TRACE_VIRTUAL_DEVICES=N; knobs GGML_TRACE_VDEV_LATENCY_US, _BANDWIDTH_GBPS,
-// _JITTER_US, _SEED, _THREADS. Semantics follow CUDA streams: buffer calls are synchronous and
-// unordered with the stream; events capture the work enqueued before the record.
+// A library of its own (libggml-trace-vdev), loaded beside the hooks only when virtual devices are
+// asked for (`ggml-trace record --virtual-devices N`, or GGML_TRACE_VIRTUAL_DEVICES=N with this
+// library in LD_PRELOAD): the hooks trace these devices like any other backend, and the device
+// work they run is recorded through the hooks' observer entry points (observer_api.h).
+// Knobs GGML_TRACE_VDEV_LATENCY_US, _BANDWIDTH_GBPS, _JITTER_US, _SEED, _THREADS. Semantics follow
+// CUDA streams: buffer calls are synchronous and unordered with the stream; events capture the work
+// enqueued before the record.
 #include "virtual_device.h"
 
 #include <pthread.h>
@@ -30,7 +34,7 @@
 #include "ggml-impl.h"
 #include "delay_rules.h"
 #include "ggml_api.h"
-#include "registry.h"
+#include "observer_api.h"
 #include "trace_writer.h"
 
 namespace ggml_trace {
@@ -58,9 +62,20 @@ struct CpuApi {
     ggml_backend_dev_t (*dev_by_type)(enum ggml_backend_dev_type);
     void (*register_reg)(ggml_backend_reg_t);
     bool (*buffer_is_host)(ggml_backend_buffer_t);
+    size_t (*nbytes)(const struct ggml_tensor *);
+    int (*graph_n_nodes)(struct ggml_cgraph *);
+    struct ggml_tensor * (*graph_node)(struct ggml_cgraph *, int);
     ggml_backend_buffer_t (*buffer_init)(ggml_backend_buffer_type_t, struct ggml_backend_buffer_i, void *, size_t);
 };
 CpuApi g_cpu;
+
+// The hooks' observer entry points (observer_api.h), found at set-up; null without the hooks.
+struct Tracer {
+    uint32_t (*backend_index)(ggml_backend_t) = nullptr;
+    void (*current_call)(uint64_t *, uint32_t *, int32_t *) = nullptr;
+    void (*device_exec)(uint8_t, uint32_t, uint32_t, int32_t, uint64_t, uint64_t, uint64_t, uint64_t) = nullptr;
+};
+Tracer g_tracer;
 
 struct Stream;
 
@@ -193,12 +208,21 @@ void run_allreduce(Op * op) {
 }
 
 void record_exec(Stream * s, const Op * op, uint64_t t0, uint64_t t1) {
-    BackendEntry * e = s->backend ? find_backend(s->backend) : nullptr;
-    if (!op->call.call_id || !writer_is_open()) {
+    if (!op->call.call_id || !g_tracer.device_exec) {
         return;
     }
-    write_device_exec(SRC_DEVICE, 0, e ? e->index : NONE32, op->call.graph, op->call.split, op->call.call_id, t0, t1,
-                      op->kind == Op::COPY ? op->size : op->nodes.size());
+    uint32_t index = s->backend ? g_tracer.backend_index(s->backend) : NONE32;
+    g_tracer.device_exec(SRC_DEVICE, index, op->call.graph, op->call.split, op->call.call_id, t0, t1,
+                         op->kind == Op::COPY ? op->size : op->nodes.size());
+}
+
+// The host call now enqueuing work (none when the hooks are not loaded).
+CallContext current_call() {
+    CallContext c;
+    if (g_tracer.current_call) {
+        g_tracer.current_call(&c.call_id, &c.graph, &c.split);
+    }
+    return c;
 }
 
 void worker_main(Stream * s) {
@@ -342,14 +366,14 @@ bool be_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backend,
     }
     Stream * d = stream_of(dst_backend);
     if (g_cpu.buffer_is_host(src->buffer)) {
-        enqueue_copy(d, dst->data, src->data, g_api.nbytes(src));
+        enqueue_copy(d, dst->data, src->data, g_cpu.nbytes(src));
         return true;
     }
     if (!is_vdev_buffer(src->buffer) || src_backend->iface.get_name != be_get_name) {
         return false;
     }
     Stream * s = stream_of(src_backend);
-    enqueue_copy(s, dst->data, src->data, g_api.nbytes(src));
+    enqueue_copy(s, dst->data, src->data, g_cpu.nbytes(src));
     if (s != d) {
         Op * w = new Op();
         w->kind = Op::WAIT;
@@ -368,10 +392,10 @@ void be_synchronize(ggml_backend_t backend) {
 enum ggml_status be_graph_compute(ggml_backend_t backend, ggml_cgraph * cgraph) {
     Op * op = new Op();
     op->kind = Op::COMPUTE;
-    int n = g_api.graph_n_nodes(cgraph);
+    int n = g_cpu.graph_n_nodes(cgraph);
     std::unordered_map<const ggml_tensor *, size_t> index;
     for (int i = 0; i < n; i++) {
-        clone(op, index, g_api.graph_node(cgraph, i));
+        clone(op, index, g_cpu.graph_node(cgraph, i));
     }
     for (ggml_tensor & t : op->tensors) {
         for (int j = 0; j < GGML_MAX_SRC; j++) {
@@ -380,7 +404,7 @@ enum ggml_status be_graph_compute(ggml_backend_t backend, ggml_cgraph * cgraph) 
         if (t.view_src) t.view_src = &op->tensors[index[t.view_src]];
     }
     for (int i = 0; i < n; i++) {
-        op->nodes.push_back(&op->tensors[index[g_api.graph_node(cgraph, i)]]);
+        op->nodes.push_back(&op->tensors[index[g_cpu.graph_node(cgraph, i)]]);
     }
     enqueue(stream_of(backend), op);
     return GGML_STATUS_SUCCESS;
@@ -429,7 +453,7 @@ bool buf_cpy(ggml_backend_buffer_t, const ggml_tensor * src, ggml_tensor * dst) 
     if (!src->buffer || !(g_cpu.buffer_is_host(src->buffer) || is_vdev_buffer(src->buffer))) {
         return false;
     }
-    memcpy(dst->data, src->data, g_api.nbytes(src));
+    memcpy(dst->data, src->data, g_cpu.nbytes(src));
     return true;
 }
 // Clearing a whole buffer waits for the device first, as CUDA (cudaDeviceSynchronize) and Vulkan
@@ -627,11 +651,6 @@ bool vdev_delay(ggml_backend_t backend, uint64_t ns, const CallContext & delay_c
     return true;
 }
 
-CallContext & current_call() {
-    static thread_local CallContext c;
-    return c;
-}
-
 bool setup_virtual_devices() {
     int n = (int) env_num("GGML_TRACE_VIRTUAL_DEVICES", 0);
     if (n <= 0) {
@@ -648,9 +667,19 @@ bool setup_virtual_devices() {
               resolve(g_cpu.dev_by_type, "ggml_backend_dev_by_type", true) &&
               resolve(g_cpu.buffer_init, "ggml_backend_buffer_init") &&
               resolve(g_cpu.register_reg, "ggml_backend_register") &&
-              resolve(g_cpu.buffer_is_host, "ggml_backend_buffer_is_host");
+              resolve(g_cpu.buffer_is_host, "ggml_backend_buffer_is_host") &&
+              resolve(g_cpu.nbytes, "ggml_nbytes") && resolve(g_cpu.graph_n_nodes, "ggml_graph_n_nodes") &&
+              resolve(g_cpu.graph_node, "ggml_graph_node");
     if (!ok) {
         return false;
+    }
+    g_tracer.backend_index = (uint32_t (*)(ggml_backend_t)) ggml_symbol("ggml_trace_backend_index");
+    g_tracer.current_call = (void (*)(uint64_t *, uint32_t *, int32_t *)) ggml_symbol("ggml_trace_current_call");
+    g_tracer.device_exec = (decltype(g_tracer.device_exec)) ggml_symbol("ggml_trace_device_exec");
+    if (!g_tracer.backend_index || !g_tracer.current_call || !g_tracer.device_exec) {
+        g_tracer = Tracer();
+        fprintf(stderr, "ggml-trace: virtual devices without the hooks (libggml-trace-hooks.so not loaded): "
+                        "their work is not traced\n");
     }
     g_cpu_dev = g_cpu.dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!g_cpu_dev) {

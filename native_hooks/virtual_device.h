@@ -2,18 +2,12 @@
 #pragma once
 #include <stdint.h>
 
+#include "capture.h"
+
 struct ggml_backend;
 
 namespace ggml_trace {
 
-// The host call now enqueuing work (set by the hooks around each traced call), so that work run
-// later on a device can name the call that launched it.
-struct CallContext {
-    uint64_t call_id = 0;
-    uint32_t graph = 0xffffffffu;
-    int32_t split = -1;
-};
-CallContext & current_call();
 
 // If `backend` is a virtual device's: its queue stalls `ns` nanoseconds after the work queued so
 // far (the caller does not wait), and the stall is recorded as device work of `delay_call`.

@@ -62,7 +62,7 @@ struct Scenario {
 ggml_backend_t device_backend(const char * name) {
     ggml_backend_dev_t d = ggml_backend_dev_by_name(name);
     if (!d) {
-        fprintf(stderr, "no device %s: run under `ggml-trace scenario` (or set GGML_TRACE_VIRTUAL_DEVICES)\n", name);
+        fprintf(stderr, "no device %s: run under `ggml-trace scenario` (or `ggml-trace record --virtual-devices N`)\n", name);
         exit(2);
     }
     return ggml_backend_dev_init(d, nullptr);
@@ -223,7 +223,7 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed) {
             std::string name = "VDEV" + std::to_string(i);
             ggml_backend_dev_t d = ggml_backend_dev_by_name(name.c_str());
             if (!d) {
-                fprintf(stderr, "no device %s: run under `ggml-trace scenario` (or set GGML_TRACE_VIRTUAL_DEVICES)\n", name.c_str());
+                fprintf(stderr, "no device %s: run under `ggml-trace scenario` (or `ggml-trace record --virtual-devices N`)\n", name.c_str());
                 return 2;
             }
             devs.push_back(d);

@@ -13,6 +13,7 @@ cmake -S "$here" -B "$work" -DGGML_SOURCE_DIR="$(realpath "$src")" -DGGML_TRACE_
   || { cat "$work.configure.log"; exit 1; }
 cmake --build "$work" -j "${JOBS:-$(nproc)}" >"$work.build.log" 2>&1 || { cat "$work.build.log"; exit 1; }
 cp "$work/libggml-trace-hooks.so" "$libdir/libggml-trace-hooks.so"
+cp "$work/libggml-trace-vdev.so" "$libdir/libggml-trace-vdev.so"  # virtual devices, beside the hooks
 # the scenario and test programs built against this ggml, when GGML_LIB_DIR let CMake build them
 for p in ggml-trace-scenarios sched-loop; do
   [ -f "$work/$p" ] && cp "$work/$p" "$libdir/$p"

@@ -61,6 +61,9 @@ def cmd_record(args) -> int:
     except DelaySpecError as e:
         print(f"ggml-trace record: {e} (see docs/delay.md)", file=sys.stderr)
         return 2
+    except hooks_mod.HooksNotFound as e:
+        print(f"ggml-trace record: {e}", file=sys.stderr)
+        return 2
     rules = ";".join(args.delay or []) or (env or os.environ).get(DELAY_ENV, "")
     if rules:
         print(f"ggml-trace: delay rules in effect: {rules} (injected delays: trace.delays)", file=sys.stderr)

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 HOOKS_NAME = "libggml-trace-hooks.so"
+VDEV_NAME = "libggml-trace-vdev.so"  # the virtual devices, beside the hooks (--virtual-devices)
 NAMED = "named builds"  # registry key: {name: bin folder}
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

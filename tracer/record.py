@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import delay_spec
+from .hooks import HooksNotFound, VDEV_NAME
 from .nvml import NvmlSampler, gpu_metadata
 
 
@@ -80,6 +81,22 @@ def ring_env(spec: str, max_size: str | None = None) -> dict:
     return env
 
 
+def virtual_devices_library(hooks: Path, env: dict) -> list:
+    """The virtual devices' library (beside the hooks) when `env` asks for virtual devices
+    (GGML_TRACE_VIRTUAL_DEVICES=N, N > 0): it is loaded only then. HooksNotFound if it is missing."""
+    try:
+        wanted = int(env.get("GGML_TRACE_VIRTUAL_DEVICES") or 0) > 0
+    except ValueError:
+        wanted = False
+    if not wanted:
+        return []
+    lib = Path(hooks).with_name(VDEV_NAME)
+    if not lib.exists():
+        raise HooksNotFound(f"virtual devices need {VDEV_NAME} beside {hooks}, and there is none: rebuild the "
+                            "hooks (make setup, or ggml-trace build-hooks; docs/building.md)")
+    return [str(lib)]
+
+
 def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays=None) -> dict:
     """Environment that makes a program (and the programs it starts) trace into `output`.
     `delays`: delay rules to inject (docs/delay.md), in place of any GGML_TRACE_DELAY the
@@ -89,7 +106,8 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays
         env[delay_spec.ENV] = delay_spec.env_value(delays)
     elif env.get(delay_spec.ENV):
         delay_spec.parse([env[delay_spec.ENV]])
-    preload = [str(hooks)] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    preload = [str(hooks)] + virtual_devices_library(hooks, env)
+    preload += [p for p in env.get("LD_PRELOAD", "").split(":") if p]
     env["LD_PRELOAD"] = ":".join(preload)
     env["GGML_TRACE_OUTPUT"] = str(output)
     if paused:

@@ -1,5 +1,6 @@
 """`ggml-trace scenario`: run a scheduler scenario on virtual async devices, many times, traced,
 and compare each result bit-exactly with the same graph computed on the CPU alone."""
+import os
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,13 +90,14 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
         expected = reference_for(data_seed) if per_run_graph else reference
         trace = out_dir / f"run-{i:03d}.ggmltrace"
         trace.unlink(missing_ok=True)
-        env = trace_env(hooks(tree), trace)
+        base = dict(os.environ)
         if backend == "vulkan":  # lavapipe is a CPU-type device: ggml lists it only when asked
-            env.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
-            env["GGML_TRACE_DEVICE_TIMING"] = "1" if device_timing else "0"
+            base.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+            base["GGML_TRACE_DEVICE_TIMING"] = "1" if device_timing else "0"
         else:
-            env.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=env_latency,
-                       GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
+            base.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=env_latency,
+                        GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
+        env = trace_env(hooks(tree), trace, base=base)
         r = subprocess.run([exe, name, "--seed", str(data_seed)] + extra, capture_output=True, text=True, timeout=120,
                            env=env)
         if r.returncode != 0:
