@@ -12,7 +12,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from .load import COPY_KINDS, DEVICE_KIND, _lookup, _take, backend_labels, best_device_intervals
+from .load import (COPY_KINDS, DEVICE_KIND, _codes, _int, _lookup, _take, backend_labels,
+                   best_device_intervals)
 
 MAX_LANES = 4          # nesting lanes per host thread
 GPU_KINDS = ["kernel", "memcpy", "memset"]  # CUPTI activity, on the kernels rows
@@ -25,14 +26,6 @@ def esc(s) -> str:
     """HTML-escape any value for plotly's pseudo-HTML text (labels, ticks, hover). Quotes
     become numeric references: plotly decodes those but shows &quot; as it is."""
     return html.escape(str(s), quote=False).replace('"', "&#34;").replace("'", "&#39;")
-
-
-def _codes(series: pd.Series) -> np.ndarray:
-    return np.asarray(series.cat.codes, np.int64)
-
-
-def _int(series, fill: int = NONE) -> np.ndarray:
-    return np.asarray(pd.Series(series).astype("Int64").fillna(fill), np.int64)
 
 
 def _depth(key: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -134,8 +127,12 @@ class IntervalModel:
     def _threads(self):
         th = self.trace.threads
         names = th["name"].astype(object)
-        self.thread_label = {int(t): f"T{int(t)} {'' if pd.isna(n) else n} (tid {int(o)})"
+        # traces read together (analysis/together.py): a thread's index in its own process is in
+        # the low 32 bits, and the process names the heading its threads sit under
+        self.thread_label = {int(t): f"T{int(t) & 0xFFFFFFFF} {'' if pd.isna(n) else n} (tid {int(o)})"
                              for t, n, o in zip(th["thread"], names, th["os_tid"])}
+        procs = th["process"].astype(object) if "process" in th.columns else [None] * len(th)
+        self.thread_process = {int(t): p for t, p in zip(th["thread"], procs)}
 
     def _backend_groups(self):
         """Backends are grouped by name (as in summary()): one group of rows per name."""
@@ -385,14 +382,21 @@ class IntervalModel:
         tr = self.trace
         pid = tr.meta.get("pid") or tr.header.get("pid", "?")
         exe = os.path.basename(tr.meta.get("exe", "")) or "process"
-        rows = [(ROW_HEADER, -1, -1, -1, -1, f"Process {pid} · {exe}")]
+        rows = []
+        heading = object()
         th = iv[iv["rtype"] == ROW_THREAD]
         lanes = th[["thread", "lane"]].drop_duplicates().sort_values(["thread", "lane"])
         for t, ln in zip(lanes["thread"].tolist(), lanes["lane"].tolist()):
+            proc = self.thread_process.get(t)
+            if proc != heading:
+                rows.append((ROW_HEADER, -1, -1, -1, -1, f"Process {proc}" if proc else f"Process {pid} · {exe}"))
+                heading = proc
             lab = self.thread_label.get(t, f"T{t}")
             rows.append((ROW_THREAD, t, ln, -1, -1,
                          lab if ln == 0 else f"{lab.split(' ')[0]} · depth {ln}"
                          + ("+" if ln == MAX_LANES - 1 else "")))
+        if not rows:
+            rows.append((ROW_HEADER, -1, -1, -1, -1, f"Process {pid} · {exe}"))
         # copies directions
         cp = iv[iv["rtype"] == ROW_COPIES]
         src_name = self._side_names(cp["src_b"].to_numpy())

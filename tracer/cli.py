@@ -107,10 +107,21 @@ def cmd_summary(args) -> int:
         trace = load_trace(args)
         s, warnings = trace.summary(), trace.warnings
         extra = dict(damaged=bool(trace.damage), closed=trace.closed, not_attached=trace.not_attached)
+        if args.more:
+            extra.update(_together_summary(trace))
     if args.json:
         print(json.dumps(dict(s, warnings=warnings, **extra), indent=2))
         return 0
-    print(f"{shown(args.file)}: {s['graphs']} scheduler graph computes")
+    if args.more:
+        print(f"{len(extra['processes'])} traces read together (times on one axis, by the {extra['clock']}):")
+        for p in extra["processes"]:
+            print(f"  {printable(p['label'])}: {shown(p['path'])} (host {printable(p['host'])}, "
+                  f"starts at +{p['offset_ns'] / 1e6:.3f} ms)")
+        for link in extra["rpc"]:
+            server = printable(link["server"]) if link["server"] else "a process not among these traces"
+            print(f"  {printable(link['client'])}: {printable(link['backend'])} is served by {server}")
+    else:
+        print(f"{shown(args.file)}: {s['graphs']} scheduler graph computes")
     print(f"build: {printable(describe_build(s['build']))}")
     cols = ["name", "splits", "copies_in", "bytes_in", "syncs", "event_records", "event_waits", "busy_ns"]
     rows = [[printable(b[c]) for c in cols] for b in s["backends"]]
@@ -125,12 +136,21 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def _together_summary(trace) -> dict:
+    """The processes of traces read together, how their clocks were aligned, and the RPC links."""
+    from analysis.together import rpc_links
+
+    links = rpc_links(trace).astype(object).where(lambda d: d.notna(), None)
+    return dict(processes=trace.processes.to_dict("records"), clock=trace.clock,
+                rpc=links.to_dict("records"))
+
+
 def _windowed_summary(args):
     """(summary, warnings, extra JSON fields) counted in graph windows for a trace too large to
     load whole here (or with --windows); None otherwise."""
     from analysis import windows
 
-    if args.graphs or not read_in_windows(args.file, args.windows):
+    if args.graphs or args.more or not read_in_windows(args.file, args.windows):
         return None
     if not args.windows:
         say(f"ggml-trace summary: {shown(args.file)} is large: counting it in graph windows")
@@ -324,7 +344,7 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_snapshot)
 
     p = sub.add_parser("summary", help="per-backend splits, copies, synchronizations")
-    add_reading_args(p)
+    add_reading_args(p, together=True)
     p.add_argument("--windows", action="store_true",
                    help="count in graph windows, in bounded memory (the default for a trace larger than an "
                         "eighth of this machine's memory)")

@@ -19,10 +19,15 @@ class TooLarge(Exception):
     """A trace too large to load whole here, for a command that needs it whole."""
 
 
-def add_reading_args(p, graphs: bool = True) -> None:
+def add_reading_args(p, graphs: bool = True, together: bool = False) -> None:
     """The trace argument, --lenient and --graphs, for every command that reads a trace (the
-    timeline has a --graphs of its own)."""
+    timeline has a --graphs of its own); `together`: more traces may follow the first, read with it
+    (analysis/together.py)."""
     p.add_argument("file")
+    if together:
+        p.add_argument("more", nargs="*", metavar="MORE",
+                       help="more traces read together with the first (a client and its RPC servers, the "
+                            "processes of one run): one process column, unique names, one time axis")
     p.add_argument("--lenient", action="store_true",
                    help="load a damaged trace: drop the records that fail the reader's checks "
                         "(each loss is reported) instead of refusing the file")
@@ -59,21 +64,31 @@ def read_in_windows(path, asked: bool = False) -> bool:
 
 def load_trace(args):
     """The trace named on the command line, loaded whole, or only the graphs --graphs names. A
-    trace too large to load here is refused with what to do instead, unless asked for whole."""
+    trace too large to load here is refused with what to do instead, unless asked for whole.
+    With more traces (`more`), all of them read together (analysis.together)."""
+    more = getattr(args, "more", None) or []
+    if more:
+        from analysis.together import read_together
+
+        return read_together([_load_path(path, args) for path in [args.file] + more])
+    return _load_path(args.file, args)
+
+
+def _load_path(path, args):
     from analysis import load, windows
 
     strict = not getattr(args, "lenient", False)
-    large = read_in_windows(args.file)
+    large = read_in_windows(path)
     graphs = getattr(args, "graphs", None)
     if isinstance(graphs, str):  # the timeline draws its --graphs of the whole trace, unless that is too large
         graphs = graph_range(graphs) if large else None
     if graphs:
-        return windows.load_graphs(args.file, *graphs, strict=strict)
+        return windows.load_graphs(path, *graphs, strict=strict)
     if large and not getattr(args, "no_windows", False):
-        size = os.path.getsize(args.file)
-        raise TooLarge(f"{size / 2**20:,.0f} MiB is too large to load whole here: pick graphs with --graphs A:B "
-                       "(`ggml-trace summary` counts them), or export it (`export --format parquet`)")
-    return load(args.file, strict=strict)
+        size = os.path.getsize(path)
+        raise TooLarge(f"{shown(path)}: {size / 2**20:,.0f} MiB is too large to load whole here: pick graphs with "
+                       "--graphs A:B (`ggml-trace summary` counts them), or export it (`export --format parquet`)")
+    return load(path, strict=strict)
 
 
 def shown(path) -> str:

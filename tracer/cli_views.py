@@ -64,7 +64,7 @@ def cmd_export(args) -> int:
     from analysis import windows
     from analysis.export import export_parquet, export_perfetto
 
-    if args.format == "parquet" and not args.graphs and read_in_windows(args.file, args.windows):
+    if args.format == "parquet" and not args.graphs and not args.more and read_in_windows(args.file, args.windows):
         out = args.output or _default_out(args, "-parquet")
         with atomic_output(out, directory=True) as tmp:
             info = windows.export_parquet_windows(args.file, tmp, strict=not args.lenient,
@@ -171,7 +171,7 @@ def cmd_view(args) -> int:
 def add_view_commands(sub):
     """Adds the presentation subcommands to the `ggml-trace` argument parser."""
     p = sub.add_parser("timeline", help="self-contained HTML timeline (Nsight-style rows, WebGL)")
-    add_reading_args(p, graphs=False)
+    add_reading_args(p, graphs=False, together=True)
     p.add_argument("-o", "--output", help="HTML file (default: FILE's name with .html)")
     p.add_argument("--graphs", metavar="A:B",
                    help="only scheduler graphs A..B (inclusive; A:, :B or one graph N); of a trace too large to "
@@ -185,7 +185,7 @@ def add_view_commands(sub):
     p.set_defaults(fn=cmd_timeline)
 
     p = sub.add_parser("export", help="Perfetto / Chrome trace-event JSON, or Parquet")
-    add_reading_args(p)
+    add_reading_args(p, together=True)
     p.add_argument("--format", choices=["perfetto", "parquet"], default="perfetto")
     p.add_argument("--windows", action="store_true",
                    help="parquet: write partitions of whole graphs, a window at a time in bounded memory "

@@ -1,0 +1,114 @@
+"""Traces read together (analysis/together.py): a real llama-completion client and the two
+ggml-rpc-server processes it offloads to, each traced into its own file."""
+import json
+import subprocess
+
+import pytest
+
+from analysis import load
+from analysis.together import load_together, read_together, rpc_links
+from conftest import completion_cmd, ggml_trace
+from tracer import programs
+from tracer.record import record
+
+BUILD = "b10531"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, model):
+    out = tmp_path_factory.mktemp("together")
+    servers = [out / "server-a.ggmltrace", out / "server-b.ggmltrace"]
+    with programs.rpc_server(BUILD, trace=servers[0]) as a, programs.rpc_server(BUILD, trace=servers[1]) as b:
+        rec = record(completion_cmd(BUILD, model, "--rpc", f"{a},{b}", "-ngl", "99"), programs.hooks(BUILD),
+                     out / "client.ggmltrace", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert rec.returncode == 0
+    return {"client": out / "client.ggmltrace", "servers": servers, "endpoints": [a, b]}
+
+
+def paths(run):
+    return [run["client"], *run["servers"]]
+
+
+def test_names_stay_unique_and_say_their_process(run):
+    t = load_together(paths(run))
+    procs = t.processes
+    assert procs["program"].tolist() == ["llama-completion", "ggml-rpc-server", "ggml-rpc-server"]
+    assert procs["label"].is_unique and t.clock == "monotonic clock"
+    assert set(t.calls["process"].unique()) == set(procs["label"])
+    # every process has a CPU backend: each is qualified; the client's RPC backends are unique already
+    cpu = sorted(n for n in t.backends["name"].unique() if n.startswith("CPU"))
+    assert cpu == sorted(f"CPU @ {label}" for label in procs["label"])
+    rpc = sorted(n for n in t.backends["name"].unique() if n.startswith("RPC"))
+    assert rpc == sorted(f"RPC0[{e}]" for e in run["endpoints"])
+    # per-process ids stay apart: each process alone numbers its calls from the same ids
+    alone = [load(p) for p in paths(run)]
+    assert sum(len(a.calls) for a in alone) == len(t.calls) and t.calls["call_id"].is_unique
+    assert not set(alone[1].calls["call_id"]).isdisjoint(alone[2].calls["call_id"])
+    # the two servers' host threads carry the same name: qualified too
+    assert t.threads["name"].is_unique
+
+
+def test_each_rpc_backend_is_linked_to_the_server_that_served_it(run):
+    t = load_together(paths(run))
+    links = rpc_links(t)
+    labels = t.processes["label"].tolist()
+    assert links.sort_values("endpoint")["endpoint"].tolist() == sorted(run["endpoints"])
+    by_endpoint = dict(zip(links["endpoint"], links["server"]))
+    assert [by_endpoint[e] for e in run["endpoints"]] == labels[1:]
+    # what the client sent each server is what that server received
+    s = {b["name"]: b for b in t.summary()["backends"]}
+    for endpoint, server in by_endpoint.items():
+        assert s[f"RPC0[{endpoint}]"]["bytes_in"] == s[f"CPU @ {server}"]["bytes_in"] > 0
+
+
+def test_times_share_one_axis(run):
+    """A server computes a graph after the client sent it: on the common axis, the k-th compute of
+    each server begins after the client's k-th graph_compute on that server's RPC backend began
+    (each trace alone counts from its own start: the servers started first)."""
+    t = load_together(paths(run))
+    assert (t.processes["offset_ns"] > 0).sum() == 2
+    c = t.calls[t.calls["kind"] == "graph_compute"]
+    for _, link in rpc_links(t).iterrows():
+        sent = c.loc[(c["process"] == link["client"]) & (c["backend"] == link["backend"]), "t_begin"].to_numpy()
+        ran = c.loc[c["process"] == link["server"], "t_begin"].to_numpy()
+        assert len(sent) == len(ran) > 0
+        lag = ran - sent
+        assert (lag > 0).all() and (lag < 50_000_000).all(), lag
+
+
+def test_several_hosts_and_the_same_process_twice(run):
+    a, b = load(run["client"]), load(run["servers"][0])
+    b.meta["hostname"] = "other-host"
+    t = read_together([a, b])
+    assert t.clock == "wall clock" and any("wall clock" in w for w in t.warnings)
+    assert all("@" in label for label in t.processes["label"])
+    twice = read_together([load(run["client"]), load(run["client"])])
+    assert twice.processes["label"].is_unique and len(twice.calls) == 2 * len(a.calls)
+    assert twice.calls["call_id"].is_unique
+
+
+def test_the_commands_read_several_traces(run, tmp_path):
+    r = ggml_trace("summary", *paths(run))
+    assert r.returncode == 0, r.stderr
+    assert "3 traces read together" in r.stdout and r.stdout.count("is served by ggml-rpc-server:") == 2
+    j = json.loads(ggml_trace("summary", "--json", *paths(run)).stdout)
+    assert [p["program"] for p in j["processes"]] == ["llama-completion", "ggml-rpc-server", "ggml-rpc-server"]
+    assert all(link["server"] for link in j["rpc"])
+    html = tmp_path / "t.html"
+    r = ggml_trace("timeline", *paths(run), "-o", html)
+    assert r.returncode == 0, r.stderr
+    meta = _figure_meta(html)
+    headings = [r for r in meta["rows"] if r.startswith("Process ")]
+    assert headings == [f"Process {p}" for p in load_together(paths(run)).processes["label"]]
+    out = tmp_path / "p.json"
+    r = ggml_trace("export", *paths(run), "-o", out)
+    assert r.returncode == 0, r.stderr
+    names = {e["args"]["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "thread_name"}
+    assert any("@ ggml-rpc-server:" in n for n in names)
+
+
+def _figure_meta(html):
+    """The timeline's own metadata (the figure's layout.meta) from a written page."""
+    text = html.read_text()
+    start = text.index('"ggml_trace":') + len('"ggml_trace":')
+    return json.JSONDecoder().raw_decode(text[start:])[0]
