@@ -24,6 +24,8 @@ VK_HOOKS      := $(foreach b,$(VULKAN_BUILDS),$(BUILD_DIR)/llama-b$(b)-vulkan/bi
 QWEN_MODEL    := $(BUILD_DIR)/models/tiny-qwen35.gguf
 
 .PHONY: setup vulkan demo test bench clean
+# The stamps of fetched and built trees are never deleted as intermediates (that would rebuild all).
+.SECONDARY:
 setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(MODEL) $(BUILD_DIR)/.chromium vulkan
 
 # glslc, spirv-headers, the Vulkan loader and lavapipe (Debian packages), and Vulkan headers

@@ -50,55 +50,39 @@ template <typename I> struct Saved {
     BackendEntry * backend = nullptr;  // a backend's entry (its trace index, for delays and timing)
 };
 
+// An object is registered before its vtable is patched, so a hook always finds its entry.
+template <typename E> E & known(E * entry, const char * what, const void * object) {
+    if (!entry) {
+        fprintf(stderr, "ggml-trace: internal error: %s %p has no saved vtable\n", what, object);
+        abort();
+    }
+    return *entry;
+}
+
+BackendEntry & entry_of(ggml_backend_t backend) { return known(find_backend(backend), "backend", backend); }
+DeviceEntry & entry_of(ggml_backend_dev_t dev) { return known(find_device(dev), "device", dev); }
+
 Saved<ggml_backend_buffer_i> saved(ggml_backend_buffer_t buffer) {
-    const ggml_backend_buffer_i * o = find_buffer(buffer);
-    if (!o) {
-        // Cannot happen: a buffer is registered before its vtable is patched.
-        fprintf(stderr, "ggml-trace: internal error: buffer %p has no saved vtable\n", (void *) buffer);
-        abort();
-    }
-    return {*o};
+    return {known(find_buffer(buffer), "buffer", buffer)};
 }
-
-BackendEntry & entry_of(ggml_backend_t backend) {
-    BackendEntry * e = find_backend(backend);
-    if (!e) {
-        fprintf(stderr, "ggml-trace: internal error: backend %p has no saved vtable\n", (void *) backend);
-        abort();
-    }
-    return *e;
-}
-
 Saved<ggml_backend_i> saved(ggml_backend_t backend) {
     BackendEntry & e = entry_of(backend);
     return {e.orig, &e};
 }
-
-DeviceEntry & entry_of(ggml_backend_dev_t dev) {
-    DeviceEntry * e = find_device(dev);
-    if (!e) {
-        fprintf(stderr, "ggml-trace: internal error: device %p has no saved vtable\n", (void *) dev);
-        abort();
-    }
-    return *e;
-}
-
 Saved<ggml_backend_device_i> saved(ggml_backend_dev_t dev) { return {entry_of(dev).orig}; }
-
 Saved<ggml_backend_buffer_type_i> saved(ggml_backend_buffer_type_t buft) {
-    BuftEntry * e = find_buft(buft);
-    if (!e) {
-        fprintf(stderr, "ggml-trace: internal error: buffer type %p has no saved vtable\n", (void *) buft);
-        abort();
-    }
-    return {e->orig};
+    return {known(find_buft(buft), "buffer type", buft).orig};
 }
 
-// The trace index of the backend a call belongs to, known once capture is on.
-uint32_t trace_backend(ggml_backend_buffer_t buffer) { return backend_of_buffer(buffer); }
-uint32_t trace_backend(ggml_backend_t backend) { return entry_of(backend).index; }
-uint32_t trace_backend(ggml_backend_dev_t dev) { return entry_of(dev).backend; }
-uint32_t trace_backend(ggml_backend_buffer_type_t buft) { return backend_index_of_device(buft->device); }
+// The trace index of the backend a call belongs to (looked up only once capture is on).
+uint32_t trace_backend(ggml_backend_buffer_t buffer, const Saved<ggml_backend_buffer_i> &) {
+    return backend_of_buffer(buffer);
+}
+uint32_t trace_backend(ggml_backend_t, const Saved<ggml_backend_i> & s) { return s.backend->index; }
+uint32_t trace_backend(ggml_backend_dev_t dev, const Saved<ggml_backend_device_i> &) { return entry_of(dev).backend; }
+uint32_t trace_backend(ggml_backend_buffer_type_t buft, const Saved<ggml_backend_buffer_type_i> &) {
+    return backend_index_of_device(buft->device);
+}
 
 // A call on a meta backend or a buffer of its device is the parent of the calls it makes.
 void open_meta(std::optional<MetaParent> & m, uint64_t call_id, ggml_backend_t backend) { m.emplace(call_id, backend); }
@@ -173,12 +157,12 @@ struct Hook<Field, Kind, Describe, Options> {
         }
         if constexpr (std::is_void_v<R>) {
             orig(obj, a...);
-            finish(c, timed, q, owner, obj, a...);
+            finish(c, s, timed, q, owner, obj, a...);
         } else {
             R result = orig(obj, a...);
             c.ok = succeeded(result);
             c.result = as_integer(result);
-            finish(c, timed, q, owner, obj, a...);
+            finish(c, s, timed, q, owner, obj, a...);
             return result;
         }
     }
@@ -205,7 +189,7 @@ struct Hook<Field, Kind, Describe, Options> {
         }
     }
 
-    static void finish(Call & c, TimedOp & timed, const Queue & q, O owner, O obj, A... a) {
+    static void finish(Call & c, const Saved<I> & s, TimedOp & timed, const Queue & q, O owner, O obj, A... a) {
         if constexpr ((Options & QUEUED) != 0) {
             if (c.ok || !(Options & DECLINES)) {
                 device_timing_end(timed, q.backend, c.r);
@@ -215,7 +199,7 @@ struct Hook<Field, Kind, Describe, Options> {
         }
         if constexpr ((Options & DRAINS) != 0) device_timing_poll();
         if constexpr ((Options & WAITS) != 0) device_timing_waited(q.entry->index);
-        c.r.backend = trace_backend(owner);
+        c.r.backend = trace_backend(owner, s);
         if (!c.ok) {
             c.r.flags = (Options & DECLINES) ? CALL_DECLINED : (Options & FAILS) ? CALL_FAILED : 0;
         }
