@@ -77,6 +77,17 @@ def _take(values: np.ndarray, idx: np.ndarray, fill):
     return np.where(idx >= 0, values[np.maximum(idx, 0)], fill).astype(values.dtype, copy=False)
 
 
+def _codes(series: pd.Series) -> np.ndarray:
+    """A categorical column's codes as int64 (-1: missing)."""
+    return np.asarray(series.cat.codes, np.int64)
+
+
+def _int(series, fill: int = -1) -> np.ndarray:
+    """An integer column as int64 with `fill` where missing; it may also be float or object
+    (a column that went through a merge or concat with missing rows)."""
+    return pd.Series(series).astype("Int64").to_numpy(dtype=np.int64, na_value=fill)
+
+
 def _categorical(keys: np.ndarray, label_of) -> pd.Categorical:
     """Categorical of label_of(key): label_of runs once per distinct key (None -> missing)."""
     codes, uniq = pd.factorize(keys)

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .load import _lookup, _pick_lifetime, _take, backend_labels, best_device_intervals
+from .load import (COPY_KINDS, _codes, _int, _lookup, _pick_lifetime, _take, backend_labels,
+                   best_device_intervals)
+from .schema import FINDING_SIDE, FINDINGS
 
 # write-after-read: a read, then an unordered overwrite of the same bytes (appended: codes stay)
 CLASSES = ["read-after-reuse", "write-after-write", "read-after-write", "write-after-read"]
@@ -39,9 +41,6 @@ MODES = ["read", "write"]
 ENQUEUE_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
                  "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait",
                  "comm_allreduce"]
-COPY_KINDS = ["cpy_tensor_async", "set_tensor_async", "get_tensor_async", "set_tensor_2d_async",
-              "get_tensor_2d_async", "buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d",
-              "buf_get_tensor_2d", "buf_cpy_tensor"]
 
 # Candidate (window) entries examined per chunk, and in all for one window pass before the
 # windows are cut to their most recent entries (a safety valve for traces in which a queue is
@@ -49,13 +48,6 @@ COPY_KINDS = ["cpy_tensor_async", "set_tensor_async", "get_tensor_async", "set_t
 CHUNK = 1 << 22
 MAX_CANDIDATES = 1 << 25
 
-FINDING_COLUMNS = (
-    ["class", "manifested", "inverted", "margin_us", "count"]
-    + [f"{s}_{c}" for s in "ab" for c in ("backend", "graph", "split", "kind", "tensor", "node",
-                                          "thread", "mode", "t_begin_us", "t_end_us", "device",
-                                          "call_id", "role", "queue_backend")]
-    + ["buffer", "generation", "buffer_type", "range_start", "range_end", "missing",
-       "first_graph", "first_t_us", "last_graph", "last_t_us", "verdict", "basis"])
 # verdict: what the times prove. basis: what the times of the pair's operations are — "device"
 # (each async operation measured on its device), "bounds" (an operation known only to lie inside
 # an interval: Vulkan's markers), "host" (an async operation with no device time at all: only
@@ -67,6 +59,32 @@ BASES = ["device", "events", "bounds", "host"]  # from most to least certain: a 
 # 62-89 us of CUPTI's at p95, its starts further off. Each time it gives is taken as known to
 # within this much, so a verdict that rests on it must clear it (basis "events").
 EVENTS_TOLERANCE_NS = 100_000
+
+# The findings frame: columns and dtypes from analysis/schema.py, its categories from here.
+FINDING_COLUMNS = list(FINDINGS)
+_CATEGORIES = {"class": CLASSES, "verdict": VERDICTS, "basis": BASES}
+FINDING_DTYPES = {c: pd.CategoricalDtype(_CATEGORIES[c]) if t == "category" else t
+                  for c, t in FINDINGS.items()}
+
+
+def _json_key(column: str) -> str:
+    """The JSON key of a column: its ns are given in µs there (t_begin_ns -> t_begin_us)."""
+    return column[:-3] + "_us" if column.endswith("_ns") else column
+
+
+# The JSON form of a finding (RaceReport.to_json(), `ggml-trace races --json`): each key and
+# the findings column it is read from; a dict nests, a list is a list of columns. Columns in ns
+# are given in µs (finding_json). Users' scripts read these keys: they stay as they are.
+FINDING_JSON = {
+    "class": "class", "manifested": "manifested", "inverted": "inverted", "margin_us": "margin_ns",
+    "verdict": "verdict", "basis": "basis", "count": "count",
+    "a": {_json_key(c): f"a_{c}" for c in FINDING_SIDE},
+    "b": {_json_key(c): f"b_{c}" for c in FINDING_SIDE},
+    "buffer": "buffer", "generation": "generation", "buffer_type": "buffer_type",
+    "range": ["range_start", "range_end"], "missing": "missing",
+    "first": {"graph": "first_graph", "t_us": "first_t_ns"},
+    "last": {"graph": "last_graph", "t_us": "last_t_ns"},
+}
 
 
 # -- small vectorised helpers -----------------------------------------------------------------
@@ -110,24 +128,17 @@ def _at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return _take(np.asarray(values, np.int64), np.asarray(idx, np.int64), -1)
 
 
-def _codes(series: pd.Series) -> np.ndarray:
-    return np.asarray(series.cat.codes, np.int64)
-
-
-def _int(series: pd.Series, fill: int = -1) -> np.ndarray:
-    return series.to_numpy(dtype=np.int64, na_value=fill)
-
-
 # -- the report -------------------------------------------------------------------------------
 
 @dataclass
 class RaceReport:
     """The result of races(trace).
 
-    findings: one row per distinct race (columns FINDING_COLUMNS), manifested first, then by
-    the smallest margin. pairs: every racing pair of accesses found (one row per occurrence
-    side pair). operations / accesses: what was analysed. truncated: windows that were cut
-    by the safety valve (0 normally)."""
+    findings: one row per distinct race (columns and dtypes: analysis/schema.py FINDINGS, times
+    in ns), manifested first, then by the smallest margin; to_json() is its JSON form. pairs:
+    every racing pair of accesses found (one row per occurrence side pair). operations /
+    accesses: what was analysed. truncated: windows that were cut by the safety valve (0
+    normally)."""
 
     findings: pd.DataFrame
     pairs: pd.DataFrame
@@ -135,38 +146,15 @@ class RaceReport:
     accesses: int
     truncated: int = 0
     components: list = field(default_factory=list)
-    # per finding: the smallest margin of its latent occurrences (µs; NaN: none), which
-    # `margin_us` hides where the verdict is undetermined; merging windows needs it
-    latent_margin_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # per finding: the smallest margin of its latent occurrences (ns, Int64; NA: none), which
+    # `margin_ns` hides where the verdict is undetermined; merging windows needs it
+    latent_margin_ns: pd.api.extensions.ExtensionArray = field(
+        default_factory=lambda: pd.array([], dtype="Int64"))
 
     def to_json(self) -> dict:
-        out = []
-        for r in self.findings.to_dict("records"):
-            r = {k: _py(v) for k, v in r.items()}
-            side = {s: {c: r[f"{s}_{c}"] for c in ("backend", "graph", "split", "kind", "tensor",
-                                                   "node", "thread", "mode", "t_begin_us",
-                                                   "t_end_us", "device", "call_id", "role",
-                                                   "queue_backend")}
-                    for s in "ab"}
-            out.append({
-                "class": r["class"],
-                "manifested": r["manifested"],
-                "inverted": r["inverted"],
-                "margin_us": r["margin_us"],
-                "verdict": r["verdict"],
-                "basis": r["basis"],
-                "count": r["count"],
-                "a": side["a"],
-                "b": side["b"],
-                "buffer": r["buffer"],
-                "generation": r["generation"],
-                "buffer_type": r["buffer_type"],
-                "range": [r["range_start"], r["range_end"]],
-                "missing": r["missing"],
-                "first": {"graph": r["first_graph"], "t_us": r["first_t_us"]},
-                "last": {"graph": r["last_graph"], "t_us": r["last_t_us"]},
-            })
-        return {"races": out, "operations": self.operations, "accesses": self.accesses,
+        """{"races": [...], ...}: each finding in its JSON form (finding_json)."""
+        races = [finding_json(r) for r in self.findings.to_dict("records")]
+        return {"races": races, "operations": self.operations, "accesses": self.accesses,
                 "truncated_windows": self.truncated}
 
     def __repr__(self) -> str:
@@ -203,7 +191,7 @@ class _Analysis:
         findings = self.findings(pairs)
         comps = [f"thread {t}" for t in self.thread_ids] + list(self.queue_names)
         return RaceReport(findings, self.public_pairs(pairs), int(self.n), n_acc,
-                          self.truncated, comps, self.latent_margin_us)
+                          self.truncated, comps, self.latent_margin_ns)
 
     def public_pairs(self, p: pd.DataFrame) -> pd.DataFrame:
         """The racing access pairs, described by call ids and access rows."""
@@ -591,9 +579,9 @@ class _Analysis:
 
     # ---------------------------------------------------------------------------------------
     def findings(self, pairs: pd.DataFrame) -> pd.DataFrame:
-        self.latent_margin_us = np.zeros(0)
+        self.latent_margin_ns = pd.array([], dtype="Int64")
         if len(pairs) == 0:
-            return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in FINDING_COLUMNS})
+            return findings_frame()
         key = ["cls"] + [f"{s}_{c}" for s in "ab"
                          for c in ("kind", "backend", "split", "tensor", "mode")]
         p = pairs[key + ["acc_a", "acc_b", "ord_a", "ord_b", "manifested", "inverted",
@@ -607,7 +595,8 @@ class _Analysis:
             "n_occ": g.size(),
             "manifested": g["manifested"].any(),
             "inverted": g["inverted"].any(),
-            "margin_ns": occ["margin_ns"].where(occ["verdict"] == 1).groupby(occ["key"]).min(),
+            "margin_ns": (occ["margin_ns"].astype("Int64").where(occ["verdict"] == 1)
+                          .groupby(occ["key"]).min()),
             # manifested if any occurrence proves it, latent if every one does, else undetermined
             "verdict": g["verdict"].min().where(g["verdict"].min() == 0, g["verdict"].max()),
             "basis": g["basis"].max(),
@@ -623,7 +612,9 @@ class _Analysis:
         return self.describe(agg)
 
     def side_columns(self, acc: np.ndarray, o: np.ndarray) -> dict:
-        """The columns of one side of the findings, as Python objects (None for missing)."""
+        """The columns of one side of the findings (FINDING_SIDE, and whether it ran on a
+        queue), names and nullable integers as Python lists (None for missing): the words of
+        `missing` are made from them."""
         ex_b, ex_e, has_dev = self.ex
         return {
             "backend": _objects(self.backend_names, self.c_backend[o]),
@@ -634,8 +625,8 @@ class _Analysis:
             "node": _objects(self.node_names, self.a_node[acc]),
             "thread": self.c_thread[o].tolist(),
             "mode": np.array(MODES, dtype=object)[self.a_write[acc].astype(np.int64)].tolist(),
-            "t_begin_us": (ex_b[o] / 1000.0).tolist(),
-            "t_end_us": (ex_e[o] / 1000.0).tolist(),
+            "t_begin_ns": ex_b[o],
+            "t_end_ns": ex_e[o],
             "device": has_dev[o].tolist(),
             "call_id": self.c_id[o].tolist(),
             "role": _objects(self.role_names, self.c_role[o]),
@@ -655,21 +646,19 @@ class _Analysis:
         gen = np.where(known, bf["generation"].to_numpy(np.int64)[ltk] if len(bf) else 0, -1)
         btype = _objects(np.array(list(bf["buft_name"].cat.categories), dtype=object),
                          np.where(known, _codes(bf["buft_name"])[ltk] if len(bf) else -1, -1))
-        margin = agg["margin_ns"].to_numpy(np.float64) / 1000.0
-        self.latent_margin_us = margin
+        self.latent_margin_ns = agg["margin_ns"].array
         verdict = agg["verdict"].to_numpy(np.int64)
-        margin = np.where(verdict == 2, np.nan, margin)  # no margin where latency is not proven
         out = {
-            "class": np.array(CLASSES, dtype=object)[agg["cls"].to_numpy(np.int64)].tolist(),
-            "manifested": agg["manifested"].to_numpy(bool).tolist(),
-            "inverted": agg["inverted"].to_numpy(bool).tolist(),
-            "margin_us": [None if m != m else m for m in margin.tolist()],
-            "count": agg["n_occ"].to_numpy(np.int64).tolist(),
+            "class": pd.Categorical.from_codes(agg["cls"].to_numpy(np.int64), categories=CLASSES),
+            "manifested": agg["manifested"].to_numpy(bool),
+            "inverted": agg["inverted"].to_numpy(bool),
+            # no margin where latency is not proven
+            "margin_ns": agg["margin_ns"].where(verdict != 2).array,
+            "count": agg["n_occ"].to_numpy(np.int64),
         }
         for s in "ab":
-            for k, v in sides[s].items():
-                if k != "queue":
-                    out[f"{s}_{k}"] = v
+            for k in FINDING_SIDE:
+                out[f"{s}_{k}"] = sides[s][k]
         out["buffer"] = [f"0x{x:x}" for x in self.a_buffer[aa].tolist()]
         out["generation"] = _ints(gen)
         out["buffer_type"] = btype
@@ -680,34 +669,31 @@ class _Analysis:
                   for h, b in zip(is_host.tolist(), btype)]
         out["missing"] = _missing_column(sides["a"], sides["b"], memory)
         out["first_graph"] = _ints(agg["graph"].to_numpy(np.int64))
-        out["first_t_us"] = (agg["t"].to_numpy(np.int64) / 1000.0).tolist()
+        out["first_t_ns"] = agg["t"].to_numpy(np.int64)
         out["last_graph"] = _ints(agg["last_graph"].to_numpy(np.int64))
-        out["last_t_us"] = (agg["last_t"].to_numpy(np.int64) / 1000.0).tolist()
-        out["verdict"] = np.array(VERDICTS, dtype=object)[verdict].tolist()
-        out["basis"] = np.array(BASES, dtype=object)[agg["basis"].to_numpy(np.int64)].tolist()
-        return pd.DataFrame({c: pd.Series(out[c], dtype=_dtype(c)) for c in FINDING_COLUMNS})
+        out["last_t_ns"] = agg["last_t"].to_numpy(np.int64)
+        out["verdict"] = pd.Categorical.from_codes(verdict, categories=VERDICTS)
+        out["basis"] = pd.Categorical.from_codes(agg["basis"].to_numpy(np.int64), categories=BASES)
+        return findings_frame(out)
 
 
-def _dtype(column: str):
-    """The dtype of a findings column."""
-    name = column[2:] if column[:2] in ("a_", "b_") else column
-    if name == "class":
-        return pd.CategoricalDtype(CLASSES)
-    if name == "verdict":
-        return pd.CategoricalDtype(VERDICTS)
-    if name == "basis":
-        return pd.CategoricalDtype(BASES)
-    if name in ("manifested", "inverted", "device"):
-        return bool
-    if name in ("count", "thread"):
-        return np.int64
-    if name in ("graph", "split", "generation", "first_graph", "last_graph"):
-        return "Int64"
-    if name in ("range_start", "range_end", "call_id"):
-        return np.uint64
-    if name.endswith("_us"):
-        return np.float64
-    return object
+def findings_frame(columns: dict | None = None) -> pd.DataFrame:
+    """The findings frame of {column: values} (arrays or lists, not indexed Series), in the
+    columns and dtypes of FINDINGS; without columns, the empty frame."""
+    if columns is None:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in FINDING_DTYPES.items()})
+    return pd.DataFrame({c: pd.Series(columns[c], dtype=t) for c, t in FINDING_DTYPES.items()})
+
+
+def finding_json(row: dict, shape=FINDING_JSON):
+    """One finding (a row of the findings frame, as a dict) in its JSON form, laid out as
+    `shape` (FINDING_JSON): Python values, None for missing, ns columns as µs floats."""
+    if isinstance(shape, dict):
+        return {k: finding_json(row, v) for k, v in shape.items()}
+    if isinstance(shape, list):
+        return [finding_json(row, v) for v in shape]
+    v = _py(row[shape])
+    return v / 1000.0 if v is not None and shape.endswith("_ns") else v
 
 
 def _py(v):

@@ -1,6 +1,7 @@
-"""The columns and dtypes of every DataFrame a loaded trace has: the contract between the loader
-and its readers (the exports, the analyses, the tests), described column by column in
-docs/dataframes.md, which a test holds to this table. `frame_dtypes(trace)` reads them back."""
+"""The columns and dtypes of every DataFrame a loaded trace has, and of the race analysis'
+findings: the contract between the code that makes them and their readers (the exports, the
+analyses, the tests), described column by column in docs/dataframes.md, which a test holds to
+these tables. `frame_dtypes(trace)` reads a trace's back."""
 from __future__ import annotations
 
 FRAMES: dict[str, dict[str, str]] = {
@@ -53,6 +54,25 @@ FRAMES: dict[str, dict[str, str]] = {
                "t_begin": "int64", "t_end": "int64", "requested_ns": "int64", "where": "category",
                "rule": "int64", "failed": "bool", "device_begin": "Int64", "device_end": "Int64"},
 }
+
+# The race analysis' findings (analysis.races(trace).findings, docs/races.md): one row per
+# distinct race, times in ns like every frame above; its JSON form (µs) is derived from it.
+# Each side of a race (a: the earlier operation, b: the later) has these columns, as a_* and b_*.
+# Names are plain objects here, not categories: findings are few and read one at a time.
+FINDING_SIDE: dict[str, str] = {
+    "backend": "object", "graph": "Int64", "split": "Int64", "kind": "object", "tensor": "object",
+    "node": "object", "thread": "int64", "mode": "object", "t_begin_ns": "int64",
+    "t_end_ns": "int64", "device": "bool", "call_id": "uint64", "role": "object",
+    "queue_backend": "object"}
+FINDINGS: dict[str, str] = {
+    "class": "category", "manifested": "bool", "inverted": "bool", "margin_ns": "Int64",
+    "count": "int64", **{f"{s}_{c}": t for s in "ab" for c, t in FINDING_SIDE.items()},
+    "buffer": "object", "generation": "Int64", "buffer_type": "object", "range_start": "uint64",
+    "range_end": "uint64", "missing": "object", "first_graph": "Int64", "first_t_ns": "int64",
+    "last_graph": "Int64", "last_t_ns": "int64", "verdict": "category", "basis": "category"}
+
+# The frames an analysis returns rather than the loader; docs/dataframes.md is held to them too.
+ANALYSIS_FRAMES: dict[str, dict[str, str]] = {"findings": FINDINGS}
 
 
 def frame_dtypes(trace) -> dict[str, dict[str, str]]:

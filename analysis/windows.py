@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .races import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, _dtype, races
+from .races import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame, races
 from .trace_file import (CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,
                          FILE_RING, MAX_RECORD_TYPE, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS, NONE32,
                          RECORD_SIZE, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL, REC_CLOCK, REC_GPU, REC_META,
@@ -403,7 +403,7 @@ def analyse_window(index: TraceIndex, w: Window, strict: bool = True) -> WindowR
     trace = load_raw(raw)
     rep = races(trace, own_from_ns=w.own_ns if w.first_graph > 0 else None)
     findings = rep.findings.copy()
-    findings["margin_us"] = rep.latent_margin_us  # made NaN again below where undetermined
+    findings["margin_ns"] = rep.latent_margin_ns  # made NA again below where undetermined
     return WindowResult(findings, rep.pairs, rep.truncated, list(trace.warnings), list(trace.damage),
                         int(raw.n_records))
 
@@ -471,30 +471,30 @@ def merge_findings(frames: list) -> pd.DataFrame:
     manifested if any window proved it, latent if every window did, and its margin the smallest."""
     frames = [f for f in frames if len(f)]
     if not frames:
-        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in FINDING_COLUMNS})
+        return findings_frame()
     df = pd.concat(frames, ignore_index=True)
     key = df[FINDING_KEY].astype(object).where(df[FINDING_KEY].notna(), None)
     df["_key"] = key.apply(tuple, axis=1).factorize()[0]
-    df = df.sort_values(["_key", "first_t_us"], kind="stable")
+    df = df.sort_values(["_key", "first_t_ns"], kind="stable")
     g = df.groupby("_key", sort=False)
     verdict = g["verdict"].agg(lambda v: "manifested" if (v == "manifested").any()
                                else "latent" if (v == "latent").all() else "undetermined")
     out = g.head(1).set_index("_key")
-    last = df.sort_values(["_key", "last_t_us"], kind="stable").groupby("_key").tail(1).set_index("_key")
+    last = df.sort_values(["_key", "last_t_ns"], kind="stable").groupby("_key").tail(1).set_index("_key")
     out["count"] = g["count"].sum()
     out["manifested"] = g["manifested"].any()
     out["inverted"] = g["inverted"].any()
-    out["margin_us"] = g["margin_us"].min()
+    out["margin_ns"] = g["margin_ns"].min()
     out["verdict"] = verdict
-    out.loc[out["verdict"] == "undetermined", "margin_us"] = np.nan
+    out.loc[out["verdict"] == "undetermined", "margin_ns"] = pd.NA
     out["basis"] = g["basis"].agg(lambda b: max(b, key=BASES.index))
     out["last_graph"] = last["last_graph"]
-    out["last_t_us"] = last["last_t_us"]
-    out["_sort_margin"] = out["margin_us"].fillna(-1)
-    out = out.sort_values(["manifested", "_sort_margin", "first_t_us"], ascending=[False, True, True],
+    out["last_t_ns"] = last["last_t_ns"]
+    out["_sort_margin"] = out["margin_ns"].fillna(-1)
+    out = out.sort_values(["manifested", "_sort_margin", "first_t_ns"], ascending=[False, True, True],
                           kind="stable")
     assert set(VERDICTS) >= set(out["verdict"])
-    return pd.DataFrame({c: pd.Series(out[c].tolist(), dtype=_dtype(c)) for c in FINDING_COLUMNS})
+    return findings_frame({c: out[c].tolist() for c in FINDING_COLUMNS})
 
 
 # -- a partitioned Parquet export -------------------------------------------------------------

@@ -1,14 +1,15 @@
 """The contracts between the halves, each written once and checked here: the trace format's names
 and numbers in native_hooks/trace_format.h (the Python side, analysis/trace_file.py, which the
 loader, the writers in tracer/ and tests/tracegen.py import, is held to every enum value and flag
-bit in it), and the DataFrame schemas in analysis/schema.py (docs/dataframes.md is held to them)."""
+bit in it), and the DataFrame schemas in analysis/schema.py, the loaded trace's and the race
+findings' (docs/dataframes.md is held to them)."""
 import re
 from pathlib import Path
 
 import pytest
 
 from analysis import trace_file as tf
-from analysis.schema import FRAMES
+from analysis.schema import ANALYSIS_FRAMES, FRAMES
 
 HEADER = Path(__file__).resolve().parents[1] / "native_hooks" / "trace_format.h"
 
@@ -94,5 +95,5 @@ def documented_frames() -> dict:
 
 def test_the_dataframe_docs_match_the_schema():
     docs = documented_frames()
-    for frame, columns in FRAMES.items():
+    for frame, columns in {**FRAMES, **ANALYSIS_FRAMES}.items():  # the race findings too
         assert docs.get(frame) == columns, frame  # same columns and dtypes (the docs group some)

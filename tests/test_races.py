@@ -16,6 +16,7 @@ from tracegen import TraceBuilder
 
 from analysis import RaceReport, load, races
 from analysis.races import format_report
+from analysis.schema import FINDINGS
 from analysis.trace_file import BUF_ALLOCATED, BUF_FREED
 from tracer.cli import main as cli
 
@@ -467,7 +468,29 @@ def test_disjoint_and_adjacent_bytes_do_not_conflict(tmp_path):
 def test_empty_and_header_only_traces(tmp_path):
     r = analyse(tmp_path, TraceBuilder())
     assert findings(r) == [] and r.operations == 0 and r.accesses == 0
-    assert list(r.findings.columns)[:5] == ["class", "manifested", "inverted", "margin_us", "count"]
+    assert list(r.findings.columns)[:5] == ["class", "manifested", "inverted", "margin_ns", "count"]
+
+
+def test_the_findings_are_in_ns_and_their_json_in_us(tmp_path):
+    """The frame has the schema's columns and dtypes, times in ns; the JSON is derived from it,
+    the same times in µs, None where the frame has NA."""
+    b = builder()
+    reuse_graph(b, 0, 0, device=(100 * US + 1, 200 * US + 3))  # latent, margin 299_997 ns
+    b.call("synchronize", 1_000 * US, 1_001 * US, backend=A)
+    reuse_graph(b, 1, 2_000 * US, writer=RPC)  # another finding: host times only, no margin
+    r = analyse(tmp_path, b)
+    for frame in (r.findings, analyse(tmp_path, TraceBuilder(), "empty.trace").findings):
+        assert {c: str(t) for c, t in frame.dtypes.items()} == FINDINGS
+    assert list(r.findings["verdict"]) == ["undetermined", "latent"]  # no margin sorts first
+    host, latent = r.findings.iloc[0], r.findings.iloc[1]
+    assert latent["margin_ns"] == 299_997 and host["margin_ns"] is pd.NA
+    assert (latent["a_t_begin_ns"], latent["a_t_end_ns"]) == (100_001, 200_003)
+    assert latent["first_t_ns"] == latent["last_t_ns"] == 100_001
+    g, f = findings(r)
+    assert f["margin_us"] == 299.997 and g["margin_us"] is None and g["verdict"] == "undetermined"
+    assert (f["a"]["t_begin_us"], f["a"]["t_end_us"]) == (100.001, 200.003)
+    assert f["first"] == {"graph": 0, "t_us": 100.001} and f["range"] == [0x100, 0x200]
+    assert g["b"]["t_begin_us"] == 2_500.0 and g["b"]["backend"] == "RPC0"
 
 
 # -- the loader's device frame ------------------------------------------------------------------

@@ -53,11 +53,11 @@ def test_meta_allreduce_scenario(build, devices, slow, red, tmp_path):
         if i in r.corrupt and red:
             # the slowed device's scratch was overwritten before its reduce read it
             mine = f[f["b_tensor"].str.endswith(f"@VDEV{slow}")]
-            assert mine["manifested"].any(), f[["b_tensor", "manifested", "margin_us"]]
+            assert mine["manifested"].any(), f[["b_tensor", "manifested", "margin_ns"]]
         elif i in r.corrupt:
-            assert f["manifested"].any(), f[["b_tensor", "manifested", "margin_us"]]
+            assert f["manifested"].any(), f[["b_tensor", "manifested", "margin_ns"]]
         else:
-            assert not f["manifested"].any() and (f["margin_us"] > 0).all(), f[["b_tensor", "margin_us"]]
+            assert not f["manifested"].any() and (f["margin_ns"].fillna(0) > 0).all(), f[["b_tensor", "margin_ns"]]
 
 
 def test_meta_allreduce_rejects_bad_latencies():
@@ -103,7 +103,7 @@ def test_sm_tensor_end_to_end(build, slow, red, model, reference, tmp_path):
         if red:
             assert f.iloc[0]["manifested"]
         else:
-            assert not f.iloc[0]["manifested"] and f.iloc[0]["margin_us"] > 0
+            assert not f.iloc[0]["manifested"] and f["margin_ns"].fillna(0).iloc[0] > 0
 
 
 @pytest.mark.parametrize("build", BUILDS)

@@ -37,7 +37,7 @@ def scratch_finding(t):
 def test_a_correct_run_shows_the_race_latent_with_its_margin():
     r = scratch_finding(load("cupti-none"))
     assert (r["verdict"], r["basis"]) == ("latent", "device")
-    assert 0 < r["margin_us"] < 1000  # tens of microseconds between CUDA1's ADD and the next copy
+    assert 0 < r["margin_ns"] < 1_000_000  # tens of microseconds between CUDA1's ADD and the next copy
 
 
 def test_a_diverged_run_shows_it_manifested():

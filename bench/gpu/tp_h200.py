@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -49,7 +51,7 @@ def scratch_race(trace_path: Path) -> dict:
         "class": str(best["class"]), "verdict": str(best["verdict"]),
         "a": f"{best['a_backend']} {best['a_kind']} {best['a_tensor']}",
         "b": f"{best['b_backend']} {best['b_kind']} {best['b_tensor']}",
-        "margin_us": None if best["margin_us"] != best["margin_us"] else float(best["margin_us"])}}
+        "margin_us": None if pd.isna(best["margin_ns"]) else best["margin_ns"] / 1000.0}}
 
 
 def main() -> int:
