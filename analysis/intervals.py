@@ -12,11 +12,11 @@ import os
 import numpy as np
 import pandas as pd
 
-from .load import (COPY_KINDS, DEVICE_KIND, _codes, _int, _lookup, _take, backend_labels,
+from .kinds import COPY_KINDS, GPU_KINDS
+from .load import (DEVICE_KIND, _codes, _int, _lookup, _take, backend_labels,
                    best_device_intervals)
 
 MAX_LANES = 4          # nesting lanes per host thread
-GPU_KINDS = ["kernel", "memcpy", "memset"]  # CUPTI activity, on the kernels rows
 
 ROW_HEADER, ROW_THREAD, ROW_EXEC, ROW_COPIES, ROW_COUNTER, ROW_KERNELS = range(6)
 NONE = -1

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from .kinds import ASYNC_KINDS, COPY_KINDS, EVENT_KINDS, MARK_KINDS, SCHED_KINDS, SYNC_KINDS  # noqa: F401
 from .trace_file import (
     ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
     KIND_IDS, NONE32, RawTrace, display_path, read_trace_file,
@@ -25,16 +26,6 @@ DEVICE_TYPES = ["cpu", "gpu", "igpu", "accel", "other"]  # enum ggml_backend_dev
 USAGES = ["any", "weights", "compute"]                    # enum ggml_backend_buffer_usage
 MODES = ["read", "write"]
 
-COPY_KINDS = ["cpy_tensor_async", "set_tensor_async", "get_tensor_async", "set_tensor_2d_async",
-              "get_tensor_2d_async", "buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d",
-              "buf_get_tensor_2d", "buf_cpy_tensor"]
-ASYNC_KINDS = COPY_KINDS[:5]
-EVENT_KINDS = ["event_record", "event_wait", "event_synchronize", "event_new", "event_free"]
-SYNC_KINDS = ["synchronize", "event_record", "event_wait", "event_synchronize", "event_new",
-              "event_free", "sched_synchronize"]
-MARK_KINDS = ["user_mark", "user_range"]
-SCHED_KINDS = ["sched_new", "sched_graph_compute", "sched_alloc_graph", "sched_reserve",
-               "graph_compute"]  # any of them: a scheduler ran while tracing
 DELAY_KIND = "delay"  # a delay injected on purpose (GGML_TRACE_DELAY); obj = the delayed call
 DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream"])  # flags bits 1-2
 DELAY_RULE_SHIFT = 48  # arg = rule << 48 | requested ns

@@ -29,18 +29,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .load import (COPY_KINDS, _codes, _int, _lookup, _pick_lifetime, _take, backend_labels,
-                   best_device_intervals)
+from .kinds import COPY_KINDS, ENQUEUE_KINDS
+from .load import _codes, _int, _lookup, _pick_lifetime, _take, backend_labels, best_device_intervals
 from .schema import FINDING_SIDE, FINDINGS
 
 # write-after-read: a read, then an unordered overwrite of the same bytes (appended: codes stay)
 CLASSES = ["read-after-reuse", "write-after-write", "read-after-write", "write-after-read"]
 MODES = ["read", "write"]
-
-# Calls that only enqueue work when issued to an async backend (a queue position each).
-ENQUEUE_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
-                 "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait",
-                 "comm_allreduce"]
 
 # Candidate (window) entries examined per chunk, and in all for one window pass before the
 # windows are cut to their most recent entries (a safety valve for traces in which a queue is

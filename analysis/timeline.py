@@ -32,6 +32,7 @@ from .intervals import (
     ROW_HEADER, ROW_COPIES, ROW_KERNELS, esc, IntervalModel, races_as_list,
     fmt_us, StringTables, hover_text, bar_labels,
 )
+from .kinds import KIND_COLORS, OTHER_COLOR
 
 ROW_DETAIL = 2000      # a row with more intervals than this in view is aggregated
 LOD_BINS = 1000        # aggregation bins across the view
@@ -43,24 +44,8 @@ PLOT_WIDTH_PX = 1300   # plot width assumed when the view is computed in Python
 ROW_PX = 22            # height of one row
 STORE_VERSION = 1
 
-KIND_COLORS = {
-    "graph_compute": "#4C78A8", "sched_graph_compute": "#9ECAE9", "sched_alloc_graph": "#BAB0AC",
-    "sched_reserve": "#BAB0AC", "sched_reset": "#D3CEC9", "sched_new": "#D3CEC9",
-    "sched_free": "#D3CEC9", "sched_synchronize": "#A3D6D2", "synchronize": "#2E8B88",
-    "cpy_tensor_async": "#F58518", "set_tensor_async": "#54A24B", "get_tensor_async": "#B279A2",
-    "set_tensor_2d_async": "#54A24B", "get_tensor_2d_async": "#B279A2",
-    "buf_set_tensor": "#8CD17D", "buf_get_tensor": "#D4A6C8", "buf_set_tensor_2d": "#8CD17D",
-    "buf_get_tensor_2d": "#D4A6C8", "buf_cpy_tensor": "#FFBE7D", "buf_memset_tensor": "#C9C9C9",
-    "buf_clear": "#C9C9C9", "buf_alloc": "#C9C9C9", "buf_free": "#C9C9C9",
-    "event_record": "#EECA3B", "event_wait": "#9D755D", "event_synchronize": "#D8B5A5",
-    "event_new": "#E0E0E0", "event_free": "#E0E0E0", "user_range": "#59A14F",
-    "user_mark": "#222222", "kernel": "#4C78A8", "memcpy": "#F58518", "memset": "#C9C9C9",
-    "comm_allreduce": "#17BECF",  # a backend's own allreduce (NCCL, CUDA's internal pipeline)
-    "delay": "#E45756",  # injected on purpose (--delay): on the host thread and where it stalled
-}
 SPLIT_PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#EECA3B", "#72B7B2", "#FF9DA6",
                  "#9D755D", "#79706E", "#17BECF", "#BCBD22", "#8C564B"]
-OTHER_COLOR = "#C8C8C8"
 RACE_COLOR = "#E41A1C"
 ARROW_COLORS = ["rgba(90,90,90,0.65)", "rgba(214,120,0,0.85)"]  # submission, event
 ARROW_NAMES = ["submission → device", "event record → wait"]

@@ -97,3 +97,14 @@ def test_the_dataframe_docs_match_the_schema():
     docs = documented_frames()
     for frame, columns in {**FRAMES, **ANALYSIS_FRAMES}.items():  # the race findings too
         assert docs.get(frame) == columns, frame  # same columns and dtypes (the docs group some)
+
+
+def test_every_call_kind_has_its_groups_and_colour():
+    """analysis/kinds.py: one table of kinds; a kind the header adds must be given a row."""
+    from analysis.kinds import GPU_KINDS, KINDS, kinds_in
+
+    assert set(KINDS) == set(tf.CALL_KINDS.values()) | set(GPU_KINDS)
+    assert all(len(colour) == 7 and colour.startswith("#") for _, colour in KINDS.values())
+    # the groups the loader and the race analysis rest on
+    assert set(kinds_in("async")) <= set(kinds_in("copy")) & set(kinds_in("enqueue"))
+    assert kinds_in("event") == [k for k in kinds_in("sync") if k.startswith("event_")]

@@ -185,7 +185,7 @@ def cmd_scenario(args) -> int:
     if args.json:
         print(json.dumps(r.to_json(), indent=2))
     else:
-        timing = (f"real Vulkan device" if r.backend == "vulkan"
+        timing = ("real Vulkan device" if r.backend == "vulkan"
                   else f"latency {_us(r.latency_us)} us, jitter {r.jitter_us:g} us")
         print(f"{r.scenario} on {r.build}: {r.corrupt_runs} of {r.runs} runs corrupt "
               f"({timing}, seeds {r.seed}..{r.seed + r.runs - 1})")
