@@ -19,11 +19,10 @@ import numpy as np
 import pandas as pd
 
 from .intervals import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, IntervalModel, StringTables, bar_labels
+from .schema import FRAMES
 
 BACKEND_PID_BASE = 1_000_000_000  # backend "processes": far from any real pid
 COUNTERS_PID = BACKEND_PID_BASE - 1  # the GPUs' NVML counters
-FRAMES = ["threads", "backends", "buffers", "calls", "splits", "copies", "sync", "accesses",
-          "allocations", "marks", "device", "gpu", "gpu_samples", "delays"]
 
 
 def _ts(ns) -> np.ndarray:
