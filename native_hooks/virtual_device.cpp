@@ -13,125 +13,25 @@
 // enqueued before the record.
 #include "virtual_device.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
-#include <memory>
-#include <random>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "ggml-backend-impl.h"
 #include "ggml-impl.h"
-#include "delay_rules.h"
 #include "ggml_api.h"
-#include "observer_api.h"
-#include "trace_writer.h"
+#include "vdev_stream.h"
 
 namespace ggml_trace {
 
 namespace {
 
-const int MAX_VDEVS = 8;
-
-struct Knobs {
-    double latency_us[MAX_VDEVS] = {};  // per device; one value in the variable means every device
-    double bandwidth_gbps = 0;  // 0: copies cost only the latency
-    double jitter_us = 0;
-    uint64_t seed = 0;
-    int threads = 1;
-    bool allreduce = false;  // offer ggml_backend_comm_* (GGML_TRACE_VDEV_ALLREDUCE=1)
-};
-Knobs g_knobs;
-
-// Functions from the program's ggml (resolved by name: the hooks do not link ggml).
-struct CpuApi {
-    ggml_backend_t (*cpu_init)(void);
-    void (*cpu_set_n_threads)(ggml_backend_t, int);
-    enum ggml_status (*graph_compute)(ggml_backend_t, struct ggml_cgraph *);
-    void (*backend_free)(ggml_backend_t);
-    ggml_backend_dev_t (*dev_by_type)(enum ggml_backend_dev_type);
-    void (*register_reg)(ggml_backend_reg_t);
-    bool (*buffer_is_host)(ggml_backend_buffer_t);
-    size_t (*nbytes)(const struct ggml_tensor *);
-    int (*graph_n_nodes)(struct ggml_cgraph *);
-    struct ggml_tensor * (*graph_node)(struct ggml_cgraph *, int);
-    ggml_backend_buffer_t (*buffer_init)(ggml_backend_buffer_type_t, struct ggml_backend_buffer_i, void *, size_t);
-};
-CpuApi g_cpu;
-
-// The hooks' observer entry points (observer_api.h), found at set-up; null without the hooks.
-struct Tracer {
-    uint32_t (*backend_index)(ggml_backend_t) = nullptr;
-    void (*current_call)(uint64_t *, uint32_t *, int32_t *) = nullptr;
-    void (*device_exec)(uint8_t, uint32_t, uint32_t, int32_t, uint64_t, uint64_t, uint64_t, uint64_t) = nullptr;
-};
-Tracer g_tracer;
-
-struct Stream;
-
-// One allreduce call that the devices run together (see comm_allreduce below).
-struct AllReduce {
-    std::mutex m;
-    std::condition_variable cv;
-    int n = 0, arrived = 0;
-    bool summed = false;
-    int64_t ne = 0;
-    float * data[MAX_VDEVS] = {};
-    bool active[MAX_VDEVS] = {};
-    std::vector<float> sum;
-};
-
-struct Event {  // completes when its stream has finished the work enqueued before the record
-    Stream * stream = nullptr;
-    uint64_t seq = 0;
-};
-
-struct Op {
-    enum Kind { COMPUTE, COPY, WAIT, DELAY, ALLREDUCE } kind;
-    uint64_t seq = 0;
-    // COMPUTE: private copies of the split's tensors (the scheduler may rebuild its graph before
-    // the work runs, as with a real GPU that captured everything at launch)
-    std::vector<ggml_tensor> tensors;
-    std::vector<ggml_tensor *> nodes;
-    // COPY: bytes move when the op runs, not when it is enqueued
-    void * dst = nullptr;
-    const void * src = nullptr;
-    size_t size = 0;
-    // WAIT
-    Stream * wait_stream = nullptr;
-    uint64_t wait_seq = 0;
-    // DELAY: the queue stalls this long (an injected delay, see delay.cpp)
-    uint64_t delay_ns = 0;
-    // ALLREDUCE: the shared call and this device's place in it
-    std::shared_ptr<AllReduce> allreduce;
-    int rank = 0;
-    // trace linkage
-    CallContext call;
-};
-
-struct Stream {
-    int device;
-    ggml_backend_t cpu = nullptr;
-    std::mutex m;
-    std::condition_variable cv_work, cv_done;
-    std::deque<Op *> ops;
-    uint64_t enqueued = 0, completed = 0;
-    std::atomic<uint64_t> posted{0};  // = enqueued, readable without the lock
-    bool stop = false;
-    std::thread worker;
-    std::mt19937_64 rng;
-    ggml_backend_t backend = nullptr;
-};
+using namespace vdev;  // the streams the devices' work runs on (vdev_stream.h)
 
 struct VDevice {
     int index;
@@ -148,158 +48,6 @@ int g_n_devices = 0;
 ggml_backend_reg g_reg;
 ggml_backend_dev_t g_cpu_dev = nullptr;
 
-// ------------------------------------------------------------------ stream worker
-
-void wait_for(Stream * s, uint64_t seq) {
-    std::unique_lock<std::mutex> lock(s->m);
-    s->cv_done.wait(lock, [&] { return s->completed >= seq; });
-}
-
-void delay(Stream * s, size_t bytes) {
-    double us = g_knobs.latency_us[s->device];
-    if (g_knobs.jitter_us > 0) {
-        us += std::uniform_real_distribution<double>(0, g_knobs.jitter_us)(s->rng);
-    }
-    if (bytes && g_knobs.bandwidth_gbps > 0) {
-        us += (double) bytes / (g_knobs.bandwidth_gbps * 1e3);
-    }
-    if (us > 0) {
-        std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(us));
-    }
-}
-
-void run_compute(Stream * s, Op * op) {
-    static ggml_bitset_t no_bits[1] = {0};
-    static ggml_tensor * no_keys[1] = {nullptr};
-    // An empty hash set: the CPU backend finds no use counts and so fuses nothing.
-    ggml_cgraph g;
-    memset(&g, 0, sizeof(g));
-    g.size = (int) op->nodes.size();
-    g.n_nodes = (int) op->nodes.size();
-    g.nodes = op->nodes.data();
-    g.visited_hash_set.size = 1;
-    g.visited_hash_set.used = no_bits;
-    g.visited_hash_set.keys = no_keys;
-    g.order = GGML_CGRAPH_EVAL_ORDER_LEFT_TO_RIGHT;
-    if (g_cpu.graph_compute(s->cpu, &g) != GGML_STATUS_SUCCESS) {
-        fprintf(stderr, "ggml-trace: %s: a split failed on the CPU kernels\n", g_devices[s->device].name);
-    }
-}
-
-// Every device's part waits until all have arrived, so each device's later work runs after every
-// device's earlier work (a barrier, as CUDA's internal pipeline and NCCL are); the last to arrive
-// forms the sum, then each writes it into its own tensor. Inactive shards count as zeros.
-void run_allreduce(Op * op) {
-    AllReduce & a = *op->allreduce;
-    {
-        std::unique_lock<std::mutex> lock(a.m);
-        if (++a.arrived == a.n) {
-            a.sum.assign((size_t) a.ne, 0.0f);
-            for (int j = 0; j < a.n; j++) {
-                for (int64_t k = 0; a.active[j] && k < a.ne; k++) a.sum[k] += a.data[j][k];
-            }
-            a.summed = true;
-            a.cv.notify_all();
-        } else {
-            a.cv.wait(lock, [&] { return a.summed; });
-        }
-    }
-    memcpy(a.data[op->rank], a.sum.data(), (size_t) a.ne * sizeof(float));
-}
-
-void record_exec(Stream * s, const Op * op, uint64_t t0, uint64_t t1) {
-    if (!op->call.call_id || !g_tracer.device_exec) {
-        return;
-    }
-    uint32_t index = s->backend ? g_tracer.backend_index(s->backend) : NONE32;
-    g_tracer.device_exec(SRC_DEVICE, index, op->call.graph, op->call.split, op->call.call_id, t0, t1,
-                         op->kind == Op::COPY ? op->size : op->nodes.size());
-}
-
-// The host call now enqueuing work (none when the hooks are not loaded).
-CallContext current_call() {
-    CallContext c;
-    if (g_tracer.current_call) {
-        g_tracer.current_call(&c.call_id, &c.graph, &c.split);
-    }
-    return c;
-}
-
-void worker_main(Stream * s) {
-    char name[16];
-    snprintf(name, sizeof(name), "%s stream", g_devices[s->device].name);
-    pthread_setname_np(pthread_self(), name);
-    uint64_t done = 0;  // seq of the last op this worker finished
-    for (;;) {
-        Op * op;
-        // An idle device picks new work up at once, as a GPU would: spin for a while before
-        // sleeping (a condition-variable wake-up alone costs tens of microseconds).
-        uint64_t spin_until = monotonic_ns() + 200000;
-        while (s->posted.load(std::memory_order_acquire) == done && monotonic_ns() < spin_until) {
-        }
-        {
-            std::unique_lock<std::mutex> lock(s->m);
-            s->cv_work.wait(lock, [&] { return s->stop || !s->ops.empty(); });
-            if (s->ops.empty()) {
-                return;
-            }
-            op = s->ops.front();
-            s->ops.pop_front();
-        }
-        if (op->kind == Op::WAIT) {
-            wait_for(op->wait_stream, op->wait_seq);
-        } else if (op->kind == Op::ALLREDUCE) {
-            run_allreduce(op);
-        } else if (op->kind == Op::DELAY) {
-            uint64_t t0 = now_ticks();
-            delay_sleep_ns(op->delay_ns);
-            record_exec(s, op, t0, now_ticks());
-        } else {
-            delay(s, op->kind == Op::COPY ? op->size : 0);
-            uint64_t t0 = now_ticks();
-            if (op->kind == Op::COPY) {
-                memcpy(op->dst, op->src, op->size);
-            } else {
-                run_compute(s, op);
-            }
-            record_exec(s, op, t0, now_ticks());
-        }
-        {
-            std::lock_guard<std::mutex> lock(s->m);
-            s->completed = op->seq;
-        }
-        done = op->seq;
-        s->cv_done.notify_all();
-        delete op;
-    }
-}
-
-// `call`: the host call the op belongs to (default: the one now enqueuing).
-uint64_t enqueue(Stream * s, Op * op, const CallContext * call = nullptr) {
-    op->call = call ? *call : current_call();
-    std::lock_guard<std::mutex> lock(s->m);
-    op->seq = ++s->enqueued;
-    s->ops.push_back(op);
-    s->posted.store(op->seq, std::memory_order_release);
-    s->cv_work.notify_one();
-    return op->seq;
-}
-
-void enqueue_copy(Stream * s, void * dst, const void * src, size_t size) {
-    Op * op = new Op();
-    op->kind = Op::COPY;
-    op->dst = dst;
-    op->src = src;
-    op->size = size;
-    enqueue(s, op);
-}
-
-uint64_t tail(Stream * s) {
-    std::lock_guard<std::mutex> lock(s->m);
-    return s->enqueued;
-}
-
-// Deep-copies the split's nodes and every tensor they reach; data pointers stay as they are.
 void clone(Op * op, std::unordered_map<const ggml_tensor *, size_t> & index, const ggml_tensor * t) {
     if (!t || index.count(t)) {
         return;
@@ -584,6 +332,7 @@ void dev_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props * p) {
 ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *) {
     Stream * s = new Stream();
     s->device = vdev_of(dev).index;
+    snprintf(s->name, sizeof(s->name), "%s", vdev_of(dev).name);
     s->rng.seed(g_knobs.seed * 1000003 + (uint64_t) s->device);
     s->cpu = g_cpu.cpu_init();
     g_cpu.cpu_set_n_threads(s->cpu, g_knobs.threads);
