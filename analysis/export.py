@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .intervals import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, IntervalModel, StringTables, bar_labels
+from .intervals import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, IntervalModel
 from .schema import FRAMES
+from .view_text import StringTables, bar_labels
 
 BACKEND_PID_BASE = 1_000_000_000  # backend "processes": far from any real pid
 COUNTERS_PID = BACKEND_PID_BASE - 1  # the GPUs' NVML counters

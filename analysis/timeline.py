@@ -12,8 +12,9 @@ compact store (typed columns, gzip, base64) and a small script that redraws the 
 way on every zoom or pan, so a file with 10^6 intervals stays small and interactive.
 
 Every string that comes from the trace is HTML-escaped before it reaches the figure: plotly
-renders labels, ticks and hover text as (a subset of) HTML. The intervals, rows, arrows and their
-text come from the model in analysis/intervals.py, which the exports share.
+renders labels, ticks and hover text as (a subset of) HTML. The intervals, rows and arrows come
+from the model in analysis/intervals.py, their text from analysis/view_text.py; the exports share
+both.
 """
 from __future__ import annotations
 
@@ -28,11 +29,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .intervals import (
-    ROW_HEADER, ROW_COPIES, ROW_KERNELS, esc, IntervalModel, races_as_list,
-    fmt_us, StringTables, hover_text, bar_labels,
-)
+from .intervals import ROW_HEADER, ROW_COPIES, ROW_KERNELS, IntervalModel, races_as_list
 from .kinds import KIND_COLORS, OTHER_COLOR
+from .view_text import esc, fmt_us, StringTables, hover_text, bar_labels
 
 ROW_DETAIL = 2000      # a row with more intervals than this in view is aggregated
 LOD_BINS = 1000        # aggregation bins across the view

@@ -491,7 +491,7 @@ def test_python_and_browser_views_agree(browser, tmp_path):
     hover texts."""
     from collections import Counter
 
-    from analysis.intervals import StringTables
+    from analysis.view_text import StringTables
     from analysis.timeline import IntervalModel, _classes, _view
     from tracegen import synth_trace
 

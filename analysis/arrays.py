@@ -1,0 +1,174 @@
+"""Small vectorised helpers over whole numpy arrays and pandas columns: takes and lookups by key,
+nullable and categorical columns made from codes, positions within groups. The loader
+(analysis/frames.py) and the analyses (races.py, intervals.py) share them; none loops over rows
+in Python."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .trace_file import KIND_IDS
+
+
+def _ids(kinds: list[str]) -> np.ndarray:
+    return np.array([KIND_IDS[k] for k in kinds], np.uint8)
+
+
+def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str = "Int64"):
+    """Nullable integer array (pandas Int64/UInt64) without going through Python objects."""
+    np_dtype = np.uint64 if dtype == "UInt64" else np.int64
+    return pd.arrays.IntegerArray(np.asarray(values).astype(np_dtype, copy=False),
+                                  np.asarray(missing, bool))
+
+
+def _take(values: np.ndarray, idx: np.ndarray, fill):
+    """values[idx], with `fill` where idx == -1."""
+    if fill < 0 and values.dtype.kind == "u":  # never put a negative int in an unsigned array
+        values = values.astype(np.int64)
+    if len(values) == 0:
+        return np.full(len(idx), fill, dtype=values.dtype)
+    if len(idx) == 0 or idx.min() >= 0:
+        return values[idx]
+    return np.where(idx >= 0, values[np.maximum(idx, 0)], fill).astype(values.dtype, copy=False)
+
+
+def _codes(series: pd.Series) -> np.ndarray:
+    """A categorical column's codes as int64 (-1: missing)."""
+    return np.asarray(series.cat.codes, np.int64)
+
+
+def _int(series, fill: int = -1) -> np.ndarray:
+    """An integer column as int64 with `fill` where missing; it may also be float or object
+    (a column that went through a merge or concat with missing rows)."""
+    return pd.Series(series).astype("Int64").to_numpy(dtype=np.int64, na_value=fill)
+
+
+def _categorical(keys: np.ndarray, label_of) -> pd.Categorical:
+    """Categorical of label_of(key): label_of runs once per distinct key (None -> missing)."""
+    codes, uniq = pd.factorize(keys)
+    labels = np.array([label_of(k) for k in uniq.tolist()], dtype=object)
+    lcodes, cats = pd.factorize(labels)  # distinct keys may share a label
+    lcodes = np.asarray(lcodes, np.int64)
+    return pd.Categorical.from_codes(lcodes[codes] if len(lcodes) else codes, categories=cats)
+
+
+def _rows(recs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """recs[idx] for a structured record array, done on a raw-bytes view: numpy's per-field
+    copy path for structured dtypes is ~10x slower."""
+    raw = recs.view(np.dtype((np.void, recs.dtype.itemsize)))
+    return raw[idx].view(recs.dtype)
+
+
+def _frame(columns: dict) -> pd.DataFrame:
+    """DataFrame over freshly made arrays: copy=False skips pandas' consolidating copy."""
+    return pd.DataFrame(columns, copy=False)
+
+
+def _with_codes(codes: np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.asarray(codes, np.int64), dtype=dtype)
+
+
+def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Row of each query in `keys` (first match), -1 where absent."""
+    if len(keys) == 0:
+        return np.full(len(queries), -1, np.int64)
+    # Queries often come in runs (all accesses of one call): look up each run once.
+    if len(queries) > 1024:
+        head = np.empty(len(queries), bool)
+        head[0] = True
+        np.not_equal(queries[1:], queries[:-1], out=head[1:])
+        n_runs = int(np.count_nonzero(head))
+        if n_runs < len(queries) // 2:
+            run = np.cumsum(head) - 1
+            return _lookup(keys, queries[head])[run]
+    index = pd.Index(keys)
+    if index.is_unique:  # hash lookup; fall back to a sorted search for duplicate keys
+        return index.get_indexer(queries).astype(np.int64, copy=False)
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    pos = np.minimum(np.searchsorted(s, queries), len(s) - 1)
+    return np.where(s[pos] == queries, order[pos], -1)
+
+
+def _pick_lifetime(l_key, l_t, q_key, q_t) -> np.ndarray:
+    """For each query: the lifetime with l_key == q_key whose start l_t is the latest <= q_t
+    (the earliest of them if all start later). -1 if no lifetime has that key."""
+    n = len(l_key)
+    if n == 0:
+        return np.full(len(q_key), -1, np.int64)
+    order = np.lexsort((l_t, l_key))
+    k, t = l_key[order], l_t[order]
+    uk, first, count = np.unique(k, return_index=True, return_counts=True)
+    qg = np.minimum(np.searchsorted(uk, q_key), len(uk) - 1)
+    found = uk[qg] == q_key
+    if count.max() == 1:  # the usual case: every pointer has one lifetime
+        return np.where(found, order[qg], -1)
+    pos = first[qg]
+    multi = np.flatnonzero(found & (count[qg] > 1))
+    if len(multi):  # keys with several lifetimes (reused pointers): choose by time
+        g = np.repeat(np.arange(len(uk)), count)
+        ut = np.unique(t)
+        # (group, time rank) packed in one int64 key that is sorted in `order`.
+        width = len(ut) + 1
+        comp = g.astype(np.int64) * width + np.searchsorted(ut, t) + 1
+        qcomp = qg[multi].astype(np.int64) * width + np.searchsorted(ut, q_t[multi], "right")
+        p = np.searchsorted(comp, qcomp, side="right") - 1
+        pos[multi] = np.maximum(p, first[qg[multi]])
+    return np.where(found, order[pos], -1)
+
+
+# -- for the race analysis (analysis/races.py) ------------------------------------------------
+
+def _bits(x: int) -> int:
+    return max(int(x), 1).bit_length()
+
+
+def _rank_in_group(group: np.ndarray) -> np.ndarray:
+    """1-based position of each element among those with the same group, in array order."""
+    n = len(group)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    counts = np.diff(np.r_[start, n])
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - np.repeat(start, counts) + 1
+    return rank
+
+
+def _last_before(e_group, e_pos, q_group, q_pos) -> np.ndarray:
+    """For each query: the element with the same group whose pos is the largest < q_pos
+    (-1 if none). Groups and positions are non-negative integers."""
+    if len(e_group) == 0 or len(q_group) == 0:
+        return np.full(len(q_group), -1, np.int64)
+    shift = _bits(max(e_pos.max(), q_pos.max()) + 1)
+    ek = (e_group.astype(np.int64) << shift) | e_pos.astype(np.int64)
+    order = np.argsort(ek, kind="stable")
+    ks = ek[order]
+    qk = (q_group.astype(np.int64) << shift) | q_pos.astype(np.int64)
+    j = np.searchsorted(ks, qk, side="left") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (e_group[order[jj]] == q_group)
+    return np.where(ok, order[jj], -1)
+
+
+def _at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """values[idx] (int64), -1 where idx is -1."""
+    return _take(np.asarray(values, np.int64), np.asarray(idx, np.int64), -1)
+
+
+def _objects(table: np.ndarray, codes: np.ndarray) -> list:
+    """table[codes] as a list, None where the code is -1."""
+    if len(table) == 0:
+        return [None] * len(codes)
+    v = table[np.maximum(codes, 0)].astype(object)
+    v[codes < 0] = None
+    return v.tolist()
+
+
+def _ints(values: np.ndarray) -> list:
+    """Python ints, None where negative (the NA fill)."""
+    v = np.asarray(values, np.int64).astype(object)
+    v[np.asarray(values) < 0] = None
+    return v.tolist()

@@ -1,0 +1,633 @@
+"""Builds the DataFrames of one trace's records (a RawTrace, read by analysis/trace_file.py):
+threads, backends, buffers, calls, accesses, allocations, copies, splits, sync, device, gpu,
+delays, marks, gpu_samples and meta, every column as docs/dataframes.md describes it;
+analysis/load.py puts them in a Trace.
+
+Everything is computed on whole numpy arrays: names are mapped once per distinct string id,
+joins are hash or sorted lookups over whole columns, never per-row Python.
+
+Longer than the ~600 lines a module is held to: _Loader alone is ~575, one class whose methods
+share the arrays of one load (call rows, buffer lifetimes); cutting it would split that state.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .arrays import (_categorical, _frame, _ids, _lookup, _nullable, _pick_lifetime, _rows, _take,
+                     _with_codes)
+from .kinds import ASYNC_KINDS, COPY_KINDS, EVENT_KINDS, MARK_KINDS, SYNC_KINDS
+from .trace_file import (
+    ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
+    KIND_IDS, NONE32, RawTrace,
+)
+from .trace_file import (CALL_DECLINED, CALL_FAILED, CALL_META_PARENT, DELAY_WHERE_SHIFT, DEVICE_END_LATE,
+                         DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, META_ROLES)
+
+MISSING_STRING = "<missing string>"  # an id that no StringRec defines
+SCHED_NONE = 0xFF
+
+DEVICE_TYPES = ["cpu", "gpu", "igpu", "accel", "other"]  # enum ggml_backend_dev_type, then other
+USAGES = ["any", "weights", "compute"]                    # enum ggml_backend_buffer_usage
+MODES = ["read", "write"]
+
+DELAY_KIND = "delay"  # a delay injected on purpose (GGML_TRACE_DELAY); obj = the delayed call
+DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream"])  # flags bits 1-2
+DELAY_RULE_SHIFT = 48  # arg = rule << 48 | requested ns
+DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqueuing call
+# Who observed a device interval, best first: the device itself (a virtual device's worker),
+# CUPTI's kernel and copy records, the event watcher (GGML_TRACE_DEVICE_TIMING), Vulkan's markers
+# (bounds only: the work ran somewhere inside [t_begin, t_end]).
+DEVICE_SOURCES = ["device", "events", "cupti", "markers"]  # codes 0, 1 as in the records; 2: derived
+SOURCE_DTYPE = pd.CategoricalDtype(DEVICE_SOURCES)        # from CUPTI; markers: record code 2
+SOURCE_PRIORITY = {"device": 0, "cupti": 1, "events": 2, "markers": 3}
+# CUPTI activity (REC_GPU kinds kernel, memcpy, memset) and CUpti_ActivityMemcpyKind names.
+GPU_KIND_DTYPE = pd.CategoricalDtype(["kernel", "memcpy", "memset"])
+COPY_KINDS_CUPTI = ["unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
+COPY_KIND_DTYPE = pd.CategoricalDtype(COPY_KINDS_CUPTI)
+
+I64_MAX = np.iinfo(np.int64).max
+
+
+class _Loader:
+    """Builds the DataFrames of one RawTrace. Methods run in order; each keeps the numpy
+    arrays the later ones need (call rows, buffer lifetimes) so joins stay in numpy."""
+
+    def __init__(self, raw: RawTrace):
+        self.raw = raw
+        self.clock = raw.clock()
+        self.strings = raw.strings
+
+    def rel(self, ticks: np.ndarray) -> np.ndarray:
+        """Record times (ticks) -> int64 ns since the header's t0_monotonic_ns."""
+        return self.clock.to_ns(ticks)
+
+    def label(self, sid: int):
+        if sid == 0:
+            return None
+        return self.strings.get(sid, MISSING_STRING)
+
+    def names(self, ids: np.ndarray) -> pd.Categorical:
+        return _categorical(ids, self.label)
+
+    # ---------------------------------------------------------------------------------------
+    def threads(self) -> pd.DataFrame:
+        r = self.raw.threads
+        r = _rows(r, np.argsort(r["t"], kind="stable"))
+        # A thread may be announced again (e.g. once named): the latest record wins.
+        last = len(r) - 1 - np.unique(r["thread"][::-1], return_index=True)[1]
+        r = _rows(r, np.sort(last))
+        r = _rows(r, np.argsort(r["thread"], kind="stable"))
+        return _frame({
+            "thread": r["thread"].astype(np.int64),
+            "os_tid": r["os_tid"].astype(np.uint64),
+            "name": self.names(r["name"]),
+        })
+
+    def backends(self) -> pd.DataFrame:
+        r = self.raw.backends
+        r = _rows(r, np.argsort(r["t"], kind="stable"))
+        r = _rows(r, np.unique(r["backend"], return_index=True)[1])  # first; by index
+        self.b_index = r["backend"].astype(np.int64)
+        name = self.names(r["name"])
+        dev = r["device_type"].astype(np.int64)
+        df = _frame({
+            "backend": self.b_index,
+            "name": name,
+            "device_name": self.names(r["device_name"]),
+            "device_description": self.names(r["device_description"]),
+            "device_type": _with_codes(np.where(dev < 4, dev, 4),
+                                       pd.CategoricalDtype(DEVICE_TYPES)),
+            "has_async": r["has_async"] != 0,
+            "has_events": r["has_events"] != 0,
+            "ptr": r["ptr"].astype(np.uint64),
+            "device_ptr": r["device_ptr"].astype(np.uint64),
+        })
+        # One dtype for every backend-name column; indices without a BackendRec (or without a
+        # name) get a placeholder so they are not confused with "no backend".
+        labels = backend_labels(df)
+        used = pd.unique(np.concatenate([self.raw.calls["backend"], self.raw.calls["backend2"]]))
+        known = set(self.b_index.tolist()) | {NONE32}
+        extra = sorted(int(i) for i in used.tolist() if i not in known)
+        labels += [f"backend#{i}" for i in extra]
+        cats = list(dict.fromkeys(labels))
+        self.backend_dtype = pd.CategoricalDtype(cats)
+        self.b_keys = np.array(self.b_index.tolist() + extra, np.int64)
+        self.b_codes = np.array([cats.index(x) for x in labels], np.int64)
+        self.b_devtype = dev
+        self.b_device_ptr = r["device_ptr"].astype(np.uint64)
+        return df
+
+    def backend_codes(self, idx: np.ndarray) -> np.ndarray:
+        """Codes in backend_dtype for an array of backend indices (NONE32 -> -1)."""
+        idx = idx.astype(np.int64)
+        if len(self.b_keys) and self.b_keys.max() < 4096:  # small indices: a lookup table
+            lut = np.full(4097, -1, np.int64)
+            lut[self.b_keys] = self.b_codes
+            return lut[np.minimum(idx, 4096)]
+        return _take(self.b_codes, _lookup(self.b_keys, idx), -1)
+
+    # ---------------------------------------------------------------------------------------
+    def buffers(self) -> pd.DataFrame:
+        r = self.raw.buffers
+        order = np.lexsort((r["t"], r["ptr"]))  # per buffer, in time order (ties: file order)
+        r = _rows(r, order)
+        n = len(r)
+        ptr = r["ptr"]
+        freed = r["event"] == BUF_FREED
+        new_ptr = np.ones(n, bool)
+        new_ptr[1:] = ptr[1:] != ptr[:-1]
+        # A lifetime starts at a new pointer, right after a FREED record, or where a SEEN /
+        # ALLOCATED record describes other memory than the one before it (the struct was freed
+        # unseen and its address reused). FREED records carry only ptr and size.
+        ident = ["base", "size", "is_host", "device_ptr", "buft_name"]
+        changed = np.zeros(n, bool)
+        for f in ident:
+            changed[1:] |= r[f][1:] != r[f][:-1]
+        new_lt = new_ptr.copy()
+        new_lt[1:] |= freed[:-1] | (changed[1:] & ~freed[1:])
+        start = np.flatnonzero(new_lt)
+        last = np.r_[start[1:], n] - 1 if n else start
+        lt = np.arange(len(start))
+        first_of_ptr = np.maximum.accumulate(np.where(new_ptr[start], lt, 0)) if n else lt
+        generation = lt - first_of_ptr
+        ended = freed[last]
+        # Attributes from the latest record that is not the FREED one (usage can change).
+        attr = np.where(ended & (last > start), last - 1, last)
+        a = _rows(r, attr)
+        is_host = a["is_host"] != 0
+
+        # Owning backend: host memory -> the CPU backend; otherwise the one on that device.
+        cpu = np.flatnonzero(self.b_devtype == 0)
+        cpu_code = self.b_codes[cpu[0]] if len(cpu) else -1
+        dev_code = _take(self.b_codes[: len(self.b_device_ptr)],
+                         _lookup(self.b_device_ptr, a["device_ptr"].astype(np.uint64)), -1)
+        backend = np.where(is_host, cpu_code, dev_code)
+
+        first_seen = self.rel(r["t"][start])
+        freed_t = self.rel(r["t"][last])
+        by_time = np.lexsort((generation, ptr[start], first_seen))
+
+        def sel(x: np.ndarray) -> np.ndarray:  # lifetimes in first_seen order
+            return x[by_time]
+
+        self.lt_ptr = sel(ptr[start]).astype(np.uint64)
+        self.lt_base = sel(a["base"]).astype(np.uint64)
+        self.lt_size = sel(a["size"]).astype(np.uint64)
+        self.lt_host = sel(is_host)
+        self.lt_first = sel(first_seen)
+        self.lt_backend = sel(backend)
+        usage = a["usage"].astype(np.int64)
+        return _frame({
+            "buffer": self.lt_ptr,
+            "generation": sel(generation).astype(np.int64),
+            "base": self.lt_base,
+            "size": self.lt_size,
+            "usage": _with_codes(sel(np.where(usage < 3, usage, -1)),
+                                 pd.CategoricalDtype(USAGES)),
+            "is_host": self.lt_host,
+            "buft_name": self.names(sel(a["buft_name"])),
+            "backend": _with_codes(self.lt_backend, self.backend_dtype),
+            "first_seen": self.lt_first,
+            "freed": _nullable(sel(freed_t), ~sel(ended)),
+        })
+
+    def resolve(self, buffer: np.ndarray, offset: np.ndarray, t: np.ndarray):
+        """Buffer lifetime of each (buffer, offset) at time t; buffer 0 means offset is a host
+        address: find the host buffer containing it and rewrite (buffer, offset) in place.
+        Returns (lifetime row or -1, buffer, offset)."""
+        raw_addr = np.flatnonzero(buffer == 0)
+        lt = _pick_lifetime(self.lt_ptr, self.lt_first, buffer, t)
+        lt[raw_addr] = -1
+        host = np.flatnonzero(self.lt_host)
+        if len(raw_addr) and len(host):
+            addr = offset[raw_addr]
+            bases = np.unique(self.lt_base[host])
+            j = np.searchsorted(bases, addr, side="right") - 1
+            cand = bases[np.maximum(j, 0)]  # the nearest host buffer base at or below addr
+            h = _pick_lifetime(self.lt_base[host], self.lt_first[host], cand, t[raw_addr])
+            h = np.where(h >= 0, host[np.maximum(h, 0)], -1)
+            hb = np.maximum(h, 0)
+            base = self.lt_base[hb]
+            inside = (j >= 0) & (h >= 0) & (addr >= base) & (addr - base < self.lt_size[hb])
+            hit = raw_addr[inside]
+            lt[hit] = h[inside]
+            buffer[hit] = self.lt_ptr[h[inside]]
+            offset[hit] = addr[inside] - base[inside]
+        return lt, buffer, offset
+
+    # ---------------------------------------------------------------------------------------
+    def calls(self) -> pd.DataFrame:
+        r = self.raw.calls
+        r = _rows(r, np.argsort(r["t_begin"], kind="stable"))
+        self.c_id = r["call_id"].astype(np.uint64)
+        kind = r["kind"].astype(np.int64)
+        self.c_kindnum = kind
+        known = list(CALL_KINDS.values())
+        present = np.flatnonzero(np.bincount(r["kind"], minlength=256))
+        extra = sorted(set(present.tolist()) - set(CALL_KINDS))
+        self.kind_dtype = pd.CategoricalDtype(known + [f"kind_{k}" for k in extra])
+        lut = np.full(256, -1, np.int64)
+        lut[list(CALL_KINDS)] = np.arange(len(known))
+        lut[extra] = len(known) + np.arange(len(extra))
+        self.c_kind = lut[kind]
+        self.c_thread = r["thread"].astype(np.int64)
+        self.c_t_begin = self.rel(r["t_begin"])
+        self.c_t_end = self.rel(r["t_end"])
+        self.c_backend = self.backend_codes(r["backend"])
+        sched = r["sched"].astype(np.int64)
+        graph = r["graph"].astype(np.int64)
+        split = r["split"].astype(np.int64)
+        self.c_sched, self.c_sched_na = sched, sched == SCHED_NONE
+        self.c_graph, self.c_graph_na = graph, graph == NONE32
+        self.c_split, self.c_split_na = split, split < 0
+        self.c_obj = r["obj"].astype(np.uint64)
+        self.c_arg = r["arg"].astype(np.uint64)
+        self.c_flags = r["flags"].astype(np.uint8)
+        return _frame({
+            "call_id": self.c_id,
+            "kind": _with_codes(self.c_kind, self.kind_dtype),
+            "thread": self.c_thread,
+            "t_begin": self.c_t_begin,
+            "t_end": self.c_t_end,
+            "duration": self.c_t_end - self.c_t_begin,
+            "backend": _with_codes(self.c_backend, self.backend_dtype),
+            "backend2": _with_codes(self.backend_codes(r["backend2"]), self.backend_dtype),
+            "sched": _nullable(sched, self.c_sched_na),
+            "graph": _nullable(graph, self.c_graph_na),
+            "split": _nullable(split, self.c_split_na),
+            "obj": self.c_obj,
+            "arg": self.c_arg,
+            "failed": (r["flags"] & CALL_FAILED) != 0,
+            # bit1 of a copy or a backend allreduce: the backend declined it (ggml falls back)
+            "declined": ((r["flags"] & CALL_DECLINED) != 0) & np.isin(self.c_kind, [KIND_IDS["cpy_tensor_async"],
+                                                                       KIND_IDS["comm_allreduce"]]),
+            **self.nesting(r["flags"]),
+        })
+
+    def nesting(self, flags: np.ndarray) -> dict:
+        """Tensor parallelism (docs/tensor-parallel.md): meta_parent marks a meta backend's call
+        (a range over the calls it made); a call it made has its parent's call_id, the device
+        index within the meta backend, the meta subgraph and its role."""
+        n = self.raw.nest
+        rows = _lookup(self.c_id, n["call_id"].astype(np.uint64))
+        ok = rows >= 0
+        rows = rows[ok]
+        parent = np.zeros(len(self.c_id), np.uint64)
+        parent[rows] = n["parent"].astype(np.uint64)[ok]
+        device = np.full(len(self.c_id), -1, np.int64)
+        device[rows] = n["device"].astype(np.int64)[ok]
+        device[device == 0xff] = -1
+        sub = np.full(len(self.c_id), -1, np.int64)
+        sub[rows] = n["subgraph"].astype(np.int64)[ok]
+        role = np.full(len(self.c_id), -1, np.int64)
+        role[rows] = n["role"].astype(np.int64)[ok] - 1  # MetaRole 1.. -> category code
+        role[(role < 0) | (role >= len(META_ROLES))] = -1
+        self.c_meta_parent = (flags & CALL_META_PARENT) != 0
+        return {
+            "meta_parent": self.c_meta_parent,
+            "parent": parent,
+            "device_index": _nullable(device, device < 0),
+            "meta_subgraph": _nullable(sub, sub < 0),
+            "role": _with_codes(role, pd.CategoricalDtype(META_ROLES)),
+        }
+
+    def call_columns(self, rows: np.ndarray, cols: list[str], t_fill: int = 0) -> dict:
+        """Columns of the calls at `rows` (-1: no such call -> missing values; times that are
+        missing hold t_fill under the mask)."""
+        miss = rows < 0
+        any_miss = bool(miss.any())
+        safe = np.maximum(rows, 0) if any_miss else rows
+
+        def take(v: np.ndarray, fill):
+            if len(v) == 0:
+                return np.full(len(rows), fill, v.dtype)
+            x = v[safe]
+            if any_miss:
+                x[miss] = fill
+            return x
+
+        out = {}
+        for c in cols:
+            if c == "kind":
+                out[c] = _with_codes(take(self.c_kind, -1), self.kind_dtype)
+            elif c == "backend":
+                out[c] = _with_codes(take(self.c_backend, -1), self.backend_dtype)
+            elif c in ("sched", "graph", "split"):
+                v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
+                out[c] = _nullable(take(v, 0), take(na, True))
+            elif c in ("t_begin", "t_end"):
+                out[c] = _nullable(take(getattr(self, "c_" + c), t_fill), miss)
+        return out
+
+    def sub(self, calls: pd.DataFrame, kinds: list[str], cols: list[str]):
+        """(Rows of `calls` with one of `kinds`, their positions); kind's categories = kinds."""
+        rows = np.flatnonzero(np.isin(self.c_kindnum, _ids(kinds)))
+        # One take of just these columns (calls[cols] would copy them first on pandas 2).
+        df = calls.iloc[rows, calls.columns.get_indexer(cols)].reset_index(drop=True)
+        if "kind" in df:
+            df["kind"] = df["kind"].cat.set_categories(kinds)
+        return df, rows
+
+    # ---------------------------------------------------------------------------------------
+    def accesses(self) -> pd.DataFrame:
+        a = self.raw.accesses
+        call_id = a["call_id"].astype(np.uint64)
+        rows = _lookup(self.c_id, call_id)
+        self.a_call = rows
+        cc = self.call_columns(rows, ["kind", "backend", "sched", "graph", "split",
+                                      "t_begin", "t_end"], t_fill=I64_MAX)
+        # Buffer records are written before the call ends, so match lifetimes at the call's
+        # end (accesses without a call: the latest lifetime).
+        lt, buffer, offset = self.resolve(a["buffer"].astype(np.uint64),
+                                          a["offset"].astype(np.uint64),
+                                          cc["t_end"].to_numpy(np.int64, na_value=I64_MAX))
+        self.a_lt, self.a_buffer, self.a_offset = lt, buffer, offset
+        mode = a["mode"].copy()
+        self.a_mode = mode
+        size = a["size"].astype(np.uint64)
+        self.a_tensor = self.names(a["tensor"])
+        op, index = a["op"].astype(np.int64), a["index"].astype(np.int64)
+        mlut = np.full(256, -1, np.int64)
+        mlut[[ACC_READ, ACC_WRITE]] = [0, 1]
+        return _frame({
+            "call_id": call_id,
+            "kind": cc["kind"],
+            "mode": _with_codes(mlut[mode], pd.CategoricalDtype(MODES)),
+            "buffer": buffer,
+            "offset": offset,
+            "size": size,
+            "end": offset + size,
+            "tensor": self.a_tensor,
+            "node": self.names(a["node"]),
+            "op": _nullable(op, op == NONE32),
+            "index": _nullable(index, index == NONE32),
+            "backend": cc["backend"],
+            "thread": a["thread"].astype(np.int64),
+            "sched": cc["sched"],
+            "graph": cc["graph"],
+            "split": cc["split"],
+            "t_begin": cc["t_begin"],
+            "t_end": cc["t_end"],
+        })
+
+    def allocations(self) -> pd.DataFrame:
+        p = self.raw.places
+        call_id = p["call_id"].astype(np.uint64)
+        rows = _lookup(self.c_id, call_id)
+        cc = self.call_columns(rows, ["sched", "graph", "t_end"], t_fill=I64_MAX)
+        _, buffer, offset = self.resolve(p["buffer"].astype(np.uint64),
+                                         p["offset"].astype(np.uint64),
+                                         cc["t_end"].to_numpy(np.int64, na_value=I64_MAX))
+        size = p["size"].astype(np.uint64)
+        op, index = p["op"].astype(np.int64), p["index"].astype(np.int64)
+        return _frame({
+            "call_id": call_id,
+            "sched": cc["sched"],
+            "graph": cc["graph"],
+            "t": cc["t_end"],
+            "buffer": buffer,
+            "offset": offset,
+            "size": size,
+            "end": offset + size,
+            "tensor": self.names(p["tensor"]),
+            "op": _nullable(op, op == NONE32),
+            "index": _nullable(index, index == NONE32),
+        })
+
+    def copies(self, calls: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, COPY_KINDS, ["call_id", "kind", "thread", "t_begin", "t_end",
+                                                "duration", "sched", "graph", "split"])
+        df["bytes"] = calls["arg"].to_numpy()[rows]
+        # Source = the call's first read access, destination = its first write access.
+        # Tables get one extra slot at the end so that call row -1 (no call) lands on it.
+        pos = np.full(len(self.c_id) + 1, -1, np.int64)
+        pos[rows] = np.arange(len(rows))
+        cand = np.flatnonzero(pos[self.a_call] >= 0)  # accesses of copy calls
+        owner = pos[self.a_call[cand]]
+        mode = self.a_mode[cand]
+        for side, want in (("src", ACC_READ), ("dst", ACC_WRITE)):
+            m = mode == want
+            sel, own = cand[m], owner[m]
+            acc = np.full(len(rows), -1, np.int64)
+            # With repeated indices numpy keeps the last value assigned: assigning in reverse
+            # leaves each copy's first access.
+            acc[own[::-1]] = sel[::-1]
+            miss = acc < 0
+            df[f"{side}_buffer"] = _nullable(_take(self.a_buffer, acc, 0), miss, "UInt64")
+            df[f"{side}_offset"] = _nullable(_take(self.a_offset, acc, 0), miss, "UInt64")
+            df[f"{side}_tensor"] = _with_codes(_take(self.a_tensor.codes, acc, -1),
+                                               self.a_tensor.dtype)
+            lt = _take(self.a_lt, acc, -1)
+            df[f"{side}_backend"] = _with_codes(_take(self.lt_backend, lt, -1),
+                                                self.backend_dtype)
+        df = df[["call_id", "kind", "thread", "t_begin", "t_end", "duration", "sched", "graph",
+                 "split", "bytes", "src_buffer", "src_offset", "dst_buffer", "dst_offset",
+                 "src_tensor", "dst_tensor", "src_backend", "dst_backend"]]
+        df["async"] = np.isin(self.c_kindnum[rows], _ids(ASYNC_KINDS))
+        return df
+
+    def splits(self, calls: pd.DataFrame, copies: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, ["graph_compute"], ["call_id", "sched", "graph", "split",
+                                                       "backend", "thread", "t_begin", "t_end",
+                                                       "duration"])
+        df["n_nodes"] = self.c_arg[rows].astype(np.int64)
+        key = ["sched", "graph", "split"]
+        n_in = copies[key].dropna().value_counts().rename("n_inputs").reset_index()
+        df = df.merge(n_in, how="left", on=key)
+        df["n_inputs"] = df["n_inputs"].fillna(0).astype(np.int64)
+        return df
+
+    def sync(self, calls: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, SYNC_KINDS, ["call_id", "kind", "thread", "t_begin", "t_end",
+                                                "duration", "backend", "sched", "graph",
+                                                "split"])
+        is_event = np.isin(self.c_kindnum[rows], _ids(EVENT_KINDS))
+        df.insert(7, "event", _nullable(self.c_obj[rows], ~is_event, "UInt64"))
+        return df
+
+    def device(self, calls: pd.DataFrame) -> pd.DataFrame:
+        """The device_exec calls, described by the host call that enqueued the work (`obj`):
+        its call_id, kind, backend, graph and split; times and thread are the device_exec's.
+        Where the enqueuing call is missing, backend/graph/split are the record's own. `source`
+        says who observed the interval (see DEVICE_SOURCES)."""
+        rows = np.flatnonzero(self.c_kindnum == KIND_IDS[DEVICE_KIND])
+        enq = _lookup(self.c_id, self.c_obj[rows])
+        found = enq >= 0
+        src = np.where(found, enq, rows)  # where to take backend/graph/split from
+        kind = np.where(found, self.c_kind[np.maximum(enq, 0)], -1)
+        cols = {}
+        for c in ("graph", "split"):
+            v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
+            cols[c] = _nullable(v[src], na[src])
+        flags = self.c_flags[rows].astype(np.int64)  # int64 first: -1 below must fit
+        source = (flags >> DEVICE_SOURCE_SHIFT) & 3
+        return _frame({
+            "call_id": self.c_obj[rows],
+            "kind": _with_codes(kind, self.kind_dtype),
+            "backend": _with_codes(self.c_backend[src], self.backend_dtype),
+            "graph": cols["graph"],
+            "split": cols["split"],
+            "t_begin": self.c_t_begin[rows],
+            "t_end": self.c_t_end[rows],
+            "thread": self.c_thread[rows],
+            "source": _with_codes(np.where(source < 2, source, np.where(source == 2, 3, -1)),
+                                  SOURCE_DTYPE),
+            "start_estimated": (flags & DEVICE_START_ESTIMATED) != 0,
+            "end_late": (flags & DEVICE_END_LATE) != 0,
+        })
+
+    def gpu_activity(self, meta: dict) -> pd.DataFrame:
+        """CUPTI's kernels, copies and memsets, each tied through its correlation record to the
+        traced call that launched it (call_id, with that call's kind, backend, graph, split)."""
+        g = self.raw.gpu
+        corr = g[g["kind"] == GPU_CORRELATION]
+        api = g[g["kind"] == GPU_API]
+        act = g[(g["kind"] >= GPU_KERNEL) & (g["kind"] <= GPU_MEMSET)]
+        act = _rows(act, np.argsort(act["t_begin_ns"], kind="stable"))
+        # CUPTI's times are CLOCK_MONOTONIC through our timestamp callback, else CLOCK_REALTIME.
+        realtime = meta.get("cupti.clock") == "realtime"
+        t0 = np.int64(self.raw.header["t0_realtime_ns" if realtime else "t0_monotonic_ns"])
+        a_corr = act["correlation"].astype(np.uint64)
+        # The launching call: through CUPTI's external correlation records (the call ids the
+        # hooks pushed) ...
+        pos = _lookup(corr["correlation"].astype(np.uint64), a_corr)
+        hit = pos >= 0
+        call_id = _take(corr["name"].astype(np.uint64), pos, 0)
+        rows = np.where(hit, _lookup(self.c_id, call_id), -1)
+        # ... else through the runtime API call that launched it: the innermost traced call on
+        # the same thread that was running when the API call began.
+        api_pos = _lookup(api["correlation"].astype(np.uint64), a_corr)
+        via_api = np.flatnonzero(~hit & (api_pos >= 0))
+        if len(via_api):
+            pos = api_pos[via_api]
+            th = self.raw.threads
+            tpos = _lookup(th["os_tid"].astype(np.uint64), api["stream"][pos].astype(np.uint64))
+            thread = _take(th["thread"].astype(np.int64), tpos, -1)
+            found = self.enclosing_call(thread, api["t_begin_ns"][pos].astype(np.int64) - t0)
+            rows[via_api] = found
+            call_id[via_api] = _take(self.c_id, found, 0)
+            hit = rows >= 0
+        cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
+        kind = act["kind"].astype(np.int64)
+        copy_kind = act["copy_kind"].astype(np.int64)
+        is_kernel = kind == GPU_KERNEL
+        return _frame({
+            "kind": _with_codes(kind - GPU_KERNEL, GPU_KIND_DTYPE),
+            "name": self.names(np.where(is_kernel, act["name"], 0).astype(np.uint64)),
+            "device": act["device"].astype(np.int64),
+            "stream": act["stream"].astype(np.int64),
+            "t_begin": act["t_begin_ns"].astype(np.int64) - t0,
+            "t_end": act["t_end_ns"].astype(np.int64) - t0,
+            "copy_kind": _with_codes(np.where(~is_kernel & (copy_kind < len(COPY_KINDS_CUPTI)),
+                                              copy_kind, -1), COPY_KIND_DTYPE),
+            "bytes": np.where(is_kernel, 0, act["bytes"]).astype(np.int64),
+            "grid": np.where(is_kernel, act["bytes"], 0).astype(np.int64),
+            "correlation": act["correlation"].astype(np.int64),
+            "call_id": _nullable(call_id, ~hit, "UInt64"),
+            "call_kind": cc["kind"],
+            "backend": cc["backend"],
+            "graph": cc["graph"],
+            "split": cc["split"],
+        })
+
+    def enclosing_call(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Row of the innermost call of `thread` running at time `t` (-1 if none)."""
+        host = self.c_kindnum != KIND_IDS[DEVICE_KIND]
+        cand = np.flatnonzero(host)
+        order = cand[np.lexsort((self.c_t_begin[cand], self.c_thread[cand]))]
+        # (thread rank, time rank) packed in one int64 sorted like `order`: ranks, unlike raw
+        # threads and times, cannot overflow the packing.
+        c_thread, c_t = self.c_thread[order], self.c_t_begin[order]
+        threads, times = np.unique(c_thread), np.unique(np.r_[c_t, t])
+        width = np.int64(len(times) + 1)
+        key = np.searchsorted(threads, c_thread).astype(np.int64) * width + np.searchsorted(times, c_t)
+        qkey = np.searchsorted(threads, thread).astype(np.int64) * width + np.searchsorted(times, t)
+        i = np.searchsorted(key, qkey, side="right") - 1
+        out = np.full(len(t), -1, np.int64)
+        todo = np.flatnonzero((thread >= 0) & (i >= 0))
+        # The latest call to start before t is the innermost unless it had already ended: then
+        # step back to its predecessors (API calls almost always fall in a leaf call).
+        for _ in range(64):
+            if len(todo) == 0:
+                break
+            r = order[i[todo]]
+            same = self.c_thread[r] == thread[todo]
+            inside = same & (self.c_t_end[r] >= t[todo])
+            out[todo[inside]] = r[inside]
+            i[todo] -= 1
+            todo = todo[~inside & same & (i[todo] >= 0)]
+        return out
+
+    def cupti_device(self, gpu: pd.DataFrame) -> pd.DataFrame:
+        """Device intervals from CUPTI: per launching call, its first activity's start to its
+        last one's end (source "cupti")."""
+        a = gpu[gpu["call_id"].notna()]
+        ids = a["call_id"].to_numpy(np.uint64)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        begin = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+        end = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(begin, inv, a["t_begin"].to_numpy(np.int64))
+        np.maximum.at(end, inv, a["t_end"].to_numpy(np.int64))
+        rows = _lookup(self.c_id, uniq)
+        cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
+        n = len(uniq)
+        return _frame({
+            "call_id": uniq, "kind": cc["kind"], "backend": cc["backend"], "graph": cc["graph"],
+            "split": cc["split"], "t_begin": begin, "t_end": end, "thread": np.full(n, -1, np.int64),
+            "source": _with_codes(np.full(n, DEVICE_SOURCES.index("cupti")), SOURCE_DTYPE),
+            "start_estimated": np.zeros(n, bool), "end_late": np.zeros(n, bool),
+        })
+
+    def delays(self, calls: pd.DataFrame, device: pd.DataFrame) -> pd.DataFrame:
+        """The injected delays, each with the call it delayed (target_*) and, where a queue or
+        stream ran it, when that was (device_begin/device_end: its device_exec record)."""
+        df, rows = self.sub(calls, [DELAY_KIND], ["call_id", "backend", "graph", "split",
+                                                  "thread", "t_begin", "t_end"])
+        target = self.c_obj[rows]
+        trow = _lookup(self.c_id, target)
+        arg = self.c_arg[rows]
+        flags = self.c_flags[rows].astype(np.int64)
+        where = (flags >> DELAY_WHERE_SHIFT) & 3
+        dev = device[device["kind"] == DELAY_KIND]
+        drow = _lookup(dev["call_id"].to_numpy(np.uint64), df["call_id"].to_numpy(np.uint64))
+        miss = drow < 0
+        df.insert(1, "target_call_id", target)
+        df.insert(2, "target_kind", self.call_columns(trow, ["kind"])["kind"])
+        df["requested_ns"] = (arg & np.uint64((1 << DELAY_RULE_SHIFT) - 1)).astype(np.int64)
+        df["where"] = _with_codes(np.where(where < 3, where, -1), DELAY_WHERE)
+        df["rule"] = (arg >> np.uint64(DELAY_RULE_SHIFT)).astype(np.int64)
+        df["failed"] = (flags & CALL_FAILED) != 0
+        df["device_begin"] = _nullable(_take(dev["t_begin"].to_numpy(np.int64), drow, 0), miss)
+        df["device_end"] = _nullable(_take(dev["t_end"].to_numpy(np.int64), drow, 0), miss)
+        return df
+
+    def marks(self, calls: pd.DataFrame) -> pd.DataFrame:
+        df, rows = self.sub(calls, MARK_KINDS, ["kind", "thread", "t_begin", "t_end"])
+        df.insert(1, "name", self.names(self.c_obj[rows]))
+        return df
+
+    def meta(self) -> dict:
+        m = self.raw.meta
+        m = _rows(m, np.argsort(m["t"], kind="stable"))
+        # A handful of records: a plain loop is clearest. Later values win.
+        return {self.label(int(k)) or "": self.label(int(v)) or ""
+                for k, v in zip(m["key"].tolist(), m["value"].tolist())}
+
+    def gpu_samples(self) -> pd.DataFrame:
+        s = self.raw.samples
+        s = _rows(s, np.argsort(s["t_ns"], kind="stable"))
+        # Sample times are CLOCK_MONOTONIC ns already (no tick conversion).
+        t = s["t_ns"].astype(np.int64) - np.int64(self.raw.header["t0_monotonic_ns"])
+        return _frame({
+            "t": t,
+            "device": s["device"].astype(np.int64),
+            "metric": self.names(s["metric"]),
+            "value": s["value"].astype(np.float64),
+        })
+
+
+def backend_labels(backends: pd.DataFrame) -> list[str]:
+    """The name each backend row goes by in other frames: its name, else "backend#INDEX"."""
+    return [f"backend#{i}" if pd.isna(n) else str(n)
+            for i, n in zip(backends["backend"].tolist(), backends["name"].astype(object))]

@@ -1,0 +1,261 @@
+"""The result of the race analysis (analysis/races.py) and its words: RaceReport; the findings
+frame's categories and dtypes (its columns: analysis/schema.py) and its JSON form (finding_json,
+laid out as FINDING_JSON); and the text: each operation described, which ordering is missing,
+what the times prove, the listing of `ggml-trace races` (see docs/races.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .kinds import COPY_KINDS
+from .schema import FINDING_SIDE, FINDINGS
+
+# write-after-read: a read, then an unordered overwrite of the same bytes (appended: codes stay)
+CLASSES = ["read-after-reuse", "write-after-write", "read-after-write", "write-after-read"]
+
+# verdict: what the times prove. basis: what the times of the pair's operations are — "device"
+# (each async operation measured on its device), "bounds" (an operation known only to lie inside
+# an interval: Vulkan's markers), "host" (an async operation with no device time at all: only
+# its enqueue call is known, so neither verdict can be proven).
+VERDICTS = ["manifested", "latent", "undetermined"]
+BASES = ["device", "events", "bounds", "host"]  # from most to least certain: a pair's is the max
+# The event watcher (CUDA/HIP/MUSA, docs/gpu.md) sees an event pass when its thread wakes, and
+# estimates most starts from the previous operation's end: on the H200s its ends were within
+# 62-89 us of CUPTI's at p95, its starts further off. Each time it gives is taken as known to
+# within this much, so a verdict that rests on it must clear it (basis "events").
+EVENTS_TOLERANCE_NS = 100_000
+
+# The findings frame: columns and dtypes from analysis/schema.py, its categories from here.
+FINDING_COLUMNS = list(FINDINGS)
+_CATEGORIES = {"class": CLASSES, "verdict": VERDICTS, "basis": BASES}
+FINDING_DTYPES = {c: pd.CategoricalDtype(_CATEGORIES[c]) if t == "category" else t
+                  for c, t in FINDINGS.items()}
+
+
+def _json_key(column: str) -> str:
+    """The JSON key of a column: its ns are given in µs there (t_begin_ns -> t_begin_us)."""
+    return column[:-3] + "_us" if column.endswith("_ns") else column
+
+
+# The JSON form of a finding (RaceReport.to_json(), `ggml-trace races --json`): each key and
+# the findings column it is read from; a dict nests, a list is a list of columns. Columns in ns
+# are given in µs (finding_json). Users' scripts read these keys: they stay as they are.
+FINDING_JSON = {
+    "class": "class", "manifested": "manifested", "inverted": "inverted", "margin_us": "margin_ns",
+    "verdict": "verdict", "basis": "basis", "count": "count",
+    "a": {_json_key(c): f"a_{c}" for c in FINDING_SIDE},
+    "b": {_json_key(c): f"b_{c}" for c in FINDING_SIDE},
+    "buffer": "buffer", "generation": "generation", "buffer_type": "buffer_type",
+    "range": ["range_start", "range_end"], "missing": "missing",
+    "first": {"graph": "first_graph", "t_us": "first_t_ns"},
+    "last": {"graph": "last_graph", "t_us": "last_t_ns"},
+}
+
+
+# -- the report -------------------------------------------------------------------------------
+
+@dataclass
+class RaceReport:
+    """The result of races(trace).
+
+    findings: one row per distinct race (columns and dtypes: analysis/schema.py FINDINGS, times
+    in ns), manifested first, then by the smallest margin; to_json() is its JSON form. pairs:
+    every racing pair of accesses found (one row per occurrence side pair). operations /
+    accesses: what was analysed. truncated: windows that were cut by the safety valve (0
+    normally)."""
+
+    findings: pd.DataFrame
+    pairs: pd.DataFrame
+    operations: int
+    accesses: int
+    truncated: int = 0
+    components: list = field(default_factory=list)
+    # per finding: the smallest margin of its latent occurrences (ns, Int64; NA: none), which
+    # `margin_ns` hides where the verdict is undetermined; merging windows needs it
+    latent_margin_ns: pd.api.extensions.ExtensionArray = field(
+        default_factory=lambda: pd.array([], dtype="Int64"))
+
+    def to_json(self) -> dict:
+        """{"races": [...], ...}: each finding in its JSON form (finding_json)."""
+        races = [finding_json(r) for r in self.findings.to_dict("records")]
+        return {"races": races, "operations": self.operations, "accesses": self.accesses,
+                "truncated_windows": self.truncated}
+
+    def __repr__(self) -> str:
+        return (f"<RaceReport: {len(self.findings)} races, {self.operations} operations, "
+                f"{self.accesses} accesses>")
+
+
+def findings_frame(columns: dict | None = None) -> pd.DataFrame:
+    """The findings frame of {column: values} (arrays or lists, not indexed Series), in the
+    columns and dtypes of FINDINGS; without columns, the empty frame."""
+    if columns is None:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in FINDING_DTYPES.items()})
+    return pd.DataFrame({c: pd.Series(columns[c], dtype=t) for c, t in FINDING_DTYPES.items()})
+
+
+def finding_json(row: dict, shape=FINDING_JSON):
+    """One finding (a row of the findings frame, as a dict) in its JSON form, laid out as
+    `shape` (FINDING_JSON): Python values, None for missing, ns columns as µs floats."""
+    if isinstance(shape, dict):
+        return {k: finding_json(row, v) for k, v in shape.items()}
+    if isinstance(shape, list):
+        return [finding_json(row, v) for v in shape]
+    v = _py(row[shape])
+    return v / 1000.0 if v is not None and shape.endswith("_ns") else v
+
+
+def _py(v):
+    """A findings value as a JSON-ready Python value (None for missing)."""
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if v != v else float(v)
+    return v
+
+
+def _missing_column(a: dict, b: dict, memory: list) -> list:
+    """missing_words for every finding; describe_op runs once per distinct operation shape."""
+    memo_op, memo_fix = {}, {}
+
+    def op(s, i):
+        k = (s["backend"][i], s["kind"][i], s["split"][i], s["thread"][i], s["role"][i],
+             s["queue_backend"][i])
+        if k not in memo_op:
+            memo_op[k] = describe_op(dict(zip(("backend", "kind", "split", "thread", "role",
+                                               "queue_backend"), k)))
+        return memo_op[k]
+
+    out = []
+    for i in range(len(a["kind"])):
+        # the fix names the queues that ran them (a peer copy runs on its source's queue)
+        k = (a["queue"][i], b["queue"][i], a["queue_backend"][i] or a["backend"][i],
+             b["queue_backend"][i] or b["backend"][i], a["thread"][i], b["thread"][i])
+        if k not in memo_fix:
+            memo_fix[k] = _fix_words(*k)
+        out.append(_head_words(op(a, i), op(b, i), a["graph"][i], b["graph"][i],
+                               a["mode"][i], b["mode"][i], a["tensor"][i], b["tensor"][i],
+                               memory[i])
+                   + "; " + memo_fix[k])
+    return out
+
+
+# -- words ------------------------------------------------------------------------------------
+
+def describe_op(s: dict) -> str:
+    """'VDEV0 split 3', 'CUDA0 cpy_tensor_async (input of split 4)', 'buf_set_tensor (thread 0)'."""
+    be, kind, split, role = s["backend"], s["kind"], s["split"], s.get("role")
+    if role is not None:  # a call a meta backend made (tensor parallelism)
+        where = f" (in split {split})" if split is not None else ""
+        if role == "copy" and s.get("queue_backend") not in (None, be):
+            return f"{s['queue_backend']}->{be} allreduce copy{where}"
+        if kind == "comm_allreduce":
+            return f"{be} comm_allreduce{where}"
+        return f"{be} allreduce {role}{where}" if role in ("zero", "reduce") else \
+            f"{be} {kind} ({role}){where}"
+    if kind == "graph_compute":
+        return f"{be or 'backend ?'} split {split if split is not None else '?'}"
+    if kind.startswith("buf_"):
+        where = f" on a {be} buffer" if be else ""
+        return f"{kind}{where} (thread {s['thread']})"
+    txt = f"{be} {kind}" if be else kind
+    if kind in COPY_KINDS and split is not None:
+        txt += f" (input of split {split})"
+    return txt
+
+
+def _head_words(op_a, op_b, graph_a, graph_b, mode_a, mode_b, tensor_a, tensor_b,
+                memory="host memory") -> str:
+    """memory: what the bytes are when a tensor has no name ("host memory", "VDEV1 device
+    memory")."""
+    ga = f"graph {graph_a}, " if graph_a is not None else ""
+    gb = f" (graph {graph_b})" if graph_b is not None else ""
+    what_a = f"{'writes' if mode_a == 'write' else 'reads'} {tensor_a or memory}"
+    what_b = f"{'writes' if mode_b == 'write' else 'reads'} {tensor_b or memory}"
+    return (f"nothing orders {op_a} ({ga}{what_a}) before {op_b}{gb} {what_b} "
+            f"{'over' if mode_b == 'write' else 'from'} the same bytes")
+
+
+def _fix_words(queue_a, queue_b, backend_a, backend_b, thread_a, thread_b) -> str:
+    if queue_a and not queue_b:
+        return f"an event_synchronize or synchronize on {backend_a} between them would"
+    if queue_a and queue_b:
+        return (f"an event_record on {backend_a} after the first and an event_wait on "
+                f"{backend_b} before the second, or a synchronize on {backend_a} between "
+                "them, would")
+    if thread_a != thread_b:
+        return (f"they run on threads {thread_a} and {thread_b} with no traced synchronization "
+                "between them (thread joins and locks are not traced)")
+    return f"a synchronization between thread {thread_a} and the queue of {backend_b} would"
+
+
+def missing_words(a: dict, b: dict) -> str:
+    """Which ordering is missing between the earlier operation a and the later b, in words.
+    a and b: dicts with backend, kind, split, thread, graph, mode, tensor and queue (whether the
+    operation ran on an async backend's queue)."""
+    return (_head_words(describe_op(a), describe_op(b), a["graph"], b["graph"], a["mode"],
+                        b["mode"], a["tensor"], b["tensor"], a.get("memory", "host memory"))
+            + "; " + _fix_words(a["queue"], b["queue"], a["backend"], b["backend"],
+                                a["thread"], b["thread"]))
+
+
+def verdict_words(r: dict) -> str:
+    """What the times prove about one finding (a dict of RaceReport.to_json()), in words."""
+    verdict = r.get("verdict") or ("manifested" if r.get("manifested") else "latent")
+    bounds = {"bounds": " (device-time bounds)",
+              "events": f" (event-watcher times, ±{EVENTS_TOLERANCE_NS // 1000} us each)"}.get(r.get("basis"), "")
+    if verdict == "manifested":
+        words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r.get("inverted")
+                 else "MANIFESTED (the earlier operation had not finished when the later one began)")
+        if r.get("margin_us") is not None:
+            words += f"; latent elsewhere, margin {r['margin_us']:.1f} us"
+        return words + bounds
+    if verdict == "latent":
+        return f"latent, margin {r['margin_us']:.1f} us{bounds}"
+    if r.get("basis") == "host":
+        return ("UNDETERMINED: host times only (when the async operation ran on its device is not "
+                "known, so latent cannot be told from manifested; record with --device-timing)")
+    if r.get("basis") == "events":
+        return (f"UNDETERMINED: the event watcher's times do not separate the two operations by more "
+                f"than its tolerance ({EVENTS_TOLERANCE_NS // 1000} us each; record with --cupti for exact times)")
+    return "UNDETERMINED: the device-time bounds do not separate the two operations"
+
+
+def format_report(report: RaceReport, path: str = "") -> str:
+    """The human-readable listing used by `ggml-trace races`."""
+    doc = report.to_json()
+    found = doc["races"]
+    head = f"{path}: " if path else ""
+    if not found:
+        return (f"{head}no races among {report.operations} operations and "
+                f"{report.accesses} accesses")
+    n = {v: sum(r["verdict"] == v for r in found) for v in VERDICTS}
+    counts = f"{n['manifested']} manifested, {n['latent']} latent"
+    if n["undetermined"]:
+        counts += f", {n['undetermined']} undetermined"
+    lines = [f"{head}{len(found)} race{'s' if len(found) != 1 else ''} ({counts}) among "
+             f"{report.operations} operations and {report.accesses} accesses"]
+    for i, r in enumerate(found, 1):
+        timing = verdict_words(r)
+        first, last = r["first"]["graph"], r["last"]["graph"]
+        graphs = f"graph {first}" if first == last else f"graphs {first}..{last}"
+        lines.append(f"[{i}] {r['class']}  x{r['count']} ({graphs})  {timing}")
+        for s in "ab":
+            d = r[s]
+            lines.append(
+                f"    {s}: {describe_op(d)}, graph {d['graph']}, {d['mode']}s {d['tensor']} "
+                f"(node {d['node']}) [{d['t_begin_us']:.1f}, {d['t_end_us']:.1f}] us"
+                f"{' on the device' if d['device'] else ''}")
+        lines.append(f"    bytes [{r['range'][0]}, {r['range'][1]}) of buffer {r['buffer']} "
+                     f"({r['buffer_type']}, generation {r['generation']})")
+        lines.append(f"    {r['missing']}")
+    if report.truncated:
+        lines.append(f"note: {report.truncated} windows of unordered accesses were too long; only "
+                     "their most recent accesses were compared (see docs/races.md)")
+    return "\n".join(lines)
