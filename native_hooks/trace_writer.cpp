@@ -34,16 +34,18 @@ const uint64_t KEPT_MAX_CHUNKS    = 4096;     // 256 MiB of strings and metadata
 const size_t   KEPT_STRING_SLOTS  = 1 << 20;  // ids of the strings in the kept region (8 MiB, untouched unless a ring)
 
 // The flight recorder's state (GGML_TRACE_RING_*): ring chunks are recycled oldest-released
-// first once they are older than `keep_ticks` or the ring has reached `max_chunks`. Records that
+// first once they are older than `keep_ns` or the ring has reached `max_chunks`. Records that
 // a reader needs whatever the window (strings, metadata, threads, backends, buffers) go to kept
 // chunks, which are never recycled. Chunk claims take `mutex`: once per 1023 records.
 struct Ring {
     bool on = false;
-    uint64_t keep_ticks = 0;
+    // Release times are CLOCK_MONOTONIC ns, not ticks: the tick rate measured at open (over 2 ms)
+    // can be off by a percent on a busy machine, and "keeps at least SECONDS" should not be.
+    uint64_t keep_ns = 0;
     uint64_t max_chunks = 0;
     std::mutex mutex;
     uint64_t n_chunks = 0;          // ring positions made so far (guarded by mutex)
-    // Released ring chunks in release order (guarded by mutex): position and release time.
+    // Released ring chunks in release order (guarded by mutex): position and release time (ns).
     uint64_t * fifo_pos = nullptr;
     uint64_t * fifo_t = nullptr;
     uint64_t fifo_cap = 0, fifo_head = 0, fifo_len = 0;
@@ -218,11 +220,11 @@ bool new_chunk(ThreadState & ts) {
     return true;
 }
 
-void ring_release_locked(uint64_t pos, uint64_t t) {
+void ring_release_locked(uint64_t pos, uint64_t t_ns) {
     Ring & ring = g_writer.ring;
     uint64_t at = (ring.fifo_head + ring.fifo_len) % ring.fifo_cap;
     ring.fifo_pos[at] = pos;
-    ring.fifo_t[at] = t;
+    ring.fifo_t[at] = t_ns;
     ring.fifo_len++;
 }
 
@@ -235,20 +237,21 @@ bool new_ring_chunk(ThreadState & ts) {
     (void) &t_ring_release;  // constructs it, so that it runs when the thread ends
     Ring & ring = g_writer.ring;
     uint64_t now = now_ticks();
+    uint64_t now_ns = monotonic_ns();
     uint64_t pos = NO_CHUNK;
     {
         std::lock_guard<std::mutex> lock(ring.mutex);
         if (ts.ring_pos != NO_CHUNK) {
-            ring_release_locked(ts.ring_pos, now);
+            ring_release_locked(ts.ring_pos, now_ns);
             ts.ring_pos = NO_CHUNK;
         }
         // While a snapshot is being copied, recycle nothing (up to twice the ring's size): what it
         // reads last would otherwise be gone before it gets there.
         bool hold = g_writer.header &&
-                    __atomic_load_n(&g_writer.header->hold_until_ns, __ATOMIC_RELAXED) > monotonic_ns();
+                    __atomic_load_n(&g_writer.header->hold_until_ns, __ATOMIC_RELAXED) > now_ns;
         bool full = ring.n_chunks >= (hold ? 2 * ring.max_chunks : ring.max_chunks);
         if (ring.fifo_len > 0 && ring.n_chunks >= RING_MIN_CHUNKS &&
-            (full || (!hold && now - ring.fifo_t[ring.fifo_head] >= ring.keep_ticks))) {
+            (full || (!hold && now_ns - ring.fifo_t[ring.fifo_head] >= ring.keep_ns))) {
             pos = ring.fifo_pos[ring.fifo_head];
             ring.fifo_head = (ring.fifo_head + 1) % ring.fifo_cap;
             ring.fifo_len--;
@@ -290,7 +293,7 @@ RingRelease::~RingRelease() {
         return;
     }
     std::lock_guard<std::mutex> lock(g_writer.ring.mutex);
-    ring_release_locked(ts.ring_pos, now_ticks());
+    ring_release_locked(ts.ring_pos, monotonic_ns());
     ts.ring_pos = NO_CHUNK;
     ts.cur = ts.end = nullptr;
 }
@@ -409,7 +412,7 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
         Ring & r = g_writer.ring;
         r.on = true;
         // keep_ns 0 (a size alone): the size rule alone recycles
-        r.keep_ticks = ring.keep_ns > 0 ? (uint64_t) ((double) ring.keep_ns / h.ns_per_tick) : ~0ull;
+        r.keep_ns = ring.keep_ns > 0 ? ring.keep_ns : ~0ull;
         r.max_chunks = std::max(RING_MIN_CHUNKS, max_bytes / CHUNK_SIZE);
         // room for a snapshot's hold (twice the ring), and for a chunk owned by each of up to 1024
         // threads beyond that

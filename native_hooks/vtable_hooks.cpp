@@ -361,8 +361,15 @@ void (*const BUFFER_TYPE_HOOKS[])(ggml_backend_buffer_type_i &) = {
     row<BUFFER_TYPE(alloc_buffer), K_BUF_ALLOC, alloc_buffer, FAILS>,
 };
 
-// The hook every patched buffer has: how a buffer is recognised as ours.
-const auto BUFFER_SET_TENSOR_HOOK = &Hook<BUFFER(set_tensor), K_BUF_SET_TENSOR, set_tensor<B>, 0>::call;
+// How a buffer is recognised as ours: the set_tensor that the table puts in a patched vtable.
+decltype(ggml_backend_buffer_i::set_tensor) table_set_tensor() {
+    ggml_backend_buffer_i probe;
+    memset(&probe, 0, sizeof(probe));
+    probe.set_tensor = [](ggml_backend_buffer_t, ggml_tensor *, const void *, size_t, size_t) {};
+    for (auto patch : BUFFER_HOOKS) patch(probe);
+    return probe.set_tensor;
+}
+const auto BUFFER_SET_TENSOR_HOOK = table_set_tensor();
 
 // ---------------------------------------------------------------- buffers
 
