@@ -412,7 +412,9 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
         Ring & r = g_writer.ring;
         r.on = true;
         // keep_ns 0 (a size alone): the size rule alone recycles
-        r.keep_ns = ring.keep_ns > 0 ? ring.keep_ns : ~0ull;
+        // A little more than asked (1% + 1 ms): a reader turns ticks into ns through a fitted
+        // clock, good to a fraction of a millisecond, and should still find at least keep_ns.
+        r.keep_ns = ring.keep_ns > 0 ? ring.keep_ns + ring.keep_ns / 100 + 1000000 : ~0ull;
         r.max_chunks = std::max(RING_MIN_CHUNKS, max_bytes / CHUNK_SIZE);
         // room for a snapshot's hold (twice the ring), and for a chunk owned by each of up to 1024
         // threads beyond that
