@@ -61,12 +61,14 @@ def test_ring_keeps_a_bounded_whole_window_from_several_threads(tmp_path):
 def test_time_rule_keeps_at_least_the_asked_for_past(tmp_path):
     """With room to spare, a ring keeps at least KEEP of the past, and not the whole run."""
     out = tmp_path / "ring.ggmltrace"
-    r = subprocess.run([RING_WRITER, out, "3", "2", "300", str(256 << 20)], capture_output=True, text=True,
+    # paced (1000 calls/ms a thread, ~0.26 GB/s in all): 0.3 s fill a fraction of the 256 MiB, so the
+    # time rule recycles, not the size rule (unpaced, a fast machine fills 256 MiB in less than 0.3 s)
+    r = subprocess.run([RING_WRITER, out, "3", "2", "300", str(256 << 20), "1000"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
     t = load(out)
     w = t.ring
-    assert w.keep_ns == 300_000_000
+    assert w.keep_ns == 300_000_000 and w.ring_chunks * CHUNK_SIZE < (256 << 20)
     assert 0.3e9 <= w.end_ns - w.start_ns < 2.5e9
     assert "flight recorder (keeps 0.3 s" in " ".join(t.warnings)
 
