@@ -16,6 +16,7 @@ from analysis.trace_file import BUF_ALLOCATED
 from conftest import completion_cmd, ggml_trace
 from tracer import force, programs
 from tracer.record import record
+from tracer.vulkan_runs import FINAL_LINE
 
 RUNS = 3
 
@@ -138,16 +139,27 @@ def test_the_23321_race_in_llama_completion_is_forced(tmp_path):
     traces = {}
     for build in ("b10524", "b10531"):
         traces[build] = tmp_path / f"{build}.ggmltrace"
-        with open(tmp_path / f"{build}.out", "wb") as out:
-            r = record(completion_cmd(build, qwen, "-ngl", 99, "-nkvo"), programs.hooks(build), traces[build],
-                       env=env, stdout=out, stderr=subprocess.DEVNULL)
-        assert r.returncode == 0
+        # llama-completion's logger thread can lose its output at exit: b10531's is the expected
+        # output, so only a run whose log is complete counts (an empty one would match a cut one)
+        for _ in range(20):
+            traces[build].unlink(missing_ok=True)
+            with open(tmp_path / f"{build}.out", "wb") as out, open(tmp_path / f"{build}.err", "wb") as err:
+                r = record(completion_cmd(build, qwen, "-ngl", 99, "-nkvo"), programs.hooks(build), traces[build],
+                           env=env, stdout=out, stderr=err)
+            assert r.returncode == 0
+            if FINAL_LINE.encode() in (tmp_path / f"{build}.err").read_bytes():
+                break
+        assert FINAL_LINE.encode() in (tmp_path / f"{build}.err").read_bytes(), "no complete log in 20 runs"
     rc, j = force_json(traces["b10531"], tmp_path / "none")
     assert rc == 0 and j["verdict"] == "no-race"
     (race,) = analysis.races(analysis.load(traces["b10524"])).to_json()["races"]
     assert (race["a"]["backend"], race["a"]["tensor"], race["b"]["backend"]) == ("VDEV0", "model.input_embed", "CPU")
     rc, j = force_json(traces["b10524"], tmp_path / "forced", "--expect-output", tmp_path / "b10531.out")
-    assert rc == 1 and j["manifested_runs"] == RUNS and j["diverged_from_expected"] == RUNS, j["message"]
+    # Every forced run manifests the race (the copy reads model.input_embed after the CPU split wrote
+    # over it); the tiny random model's text absorbs that now and then (a forced run whose race
+    # manifested in all 9 graphs printed the expected text, about once in 40 forced runs here), so one
+    # run of three may print the expected text.
+    assert rc == 1 and j["manifested_runs"] == RUNS and j["diverged_from_expected"] >= RUNS - 1, j["message"]
     assert all(d["race"]["target_manifested"] for d in j["details"] if d["name"].startswith("forced-"))
 
 
