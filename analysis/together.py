@@ -54,8 +54,13 @@ def process_of(trace: Trace) -> tuple[str, int, str]:
     return host, pid, os.path.basename(exe) or "?"
 
 
+def _hosts(found: list[tuple[str, int, str]]) -> set:
+    """The hosts the traces name (a trace cut before its metadata names none: taken as the others')."""
+    return {h for h, _, _ in found if h != "?"}
+
+
 def _labels(found: list[tuple[str, int, str]]) -> list[str]:
-    several_hosts = len({h for h, _, _ in found}) > 1
+    several_hosts = len(_hosts(found)) > 1
     labels = [f"{prog}:{pid}" + (f"@{host}" if several_hosts else "") for host, pid, prog in found]
     seen: dict[str, int] = {}
     for i, label in enumerate(labels):  # the same process twice (a file and its snapshot)
@@ -66,7 +71,7 @@ def _labels(found: list[tuple[str, int, str]]) -> list[str]:
 
 
 def _offsets(traces: list[Trace], found: list[tuple[str, int, str]]) -> tuple[list[int], str]:
-    one_host = len({h for h, _, _ in found}) == 1
+    one_host = len(_hosts(found)) <= 1
     field = "t0_monotonic_ns" if one_host else "t0_realtime_ns"
     t0 = [int(t.header.get(field, 0)) for t in traces]
     base = min(t0)
@@ -214,7 +219,7 @@ def rpc_links(together: Trace) -> pd.DataFrame:
             local = host in ("127.0.0.1", "localhost", "::1", procs.loc[i, "host"])
             served = [j for j in range(len(parts)) if j != i and port in ports[j]
                       and (procs.loc[j, "host"] == procs.loc[i, "host"] if local else procs.loc[j, "host"] == host
-                           or len(set(procs["host"])) == 1)]
+                           or procs["host"].nunique() == 1)]
             rows.append({"client": procs.loc[i, "label"], "backend": name, "endpoint": f"{host}:{port}",
                          "server": procs.loc[served[0], "label"] if served else None})
     return pd.DataFrame(rows, columns=["client", "backend", "endpoint", "server"])

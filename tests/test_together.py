@@ -82,6 +82,10 @@ def test_several_hosts_and_the_same_process_twice(run):
     t = read_together([a, b])
     assert t.clock == "wall clock" and any("wall clock" in w for w in t.warnings)
     assert all("@" in label for label in t.processes["label"])
+    # a trace cut before its metadata names no host: taken as the others', not as another host
+    a, b = load(run["client"]), load(run["servers"][0])
+    del b.meta["hostname"]
+    assert read_together([a, b]).clock == "monotonic clock"
     twice = read_together([load(run["client"]), load(run["client"])])
     assert twice.processes["label"].is_unique and len(twice.calls) == 2 * len(a.calls)
     assert twice.calls["call_id"].is_unique
