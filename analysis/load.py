@@ -12,23 +12,11 @@ import numpy as np
 import pandas as pd
 
 from .arrays import _ids
-from .frames import (  # the column constants are re-exported: they were defined here before frames.py
-    COPY_KIND_DTYPE, COPY_KINDS_CUPTI, DELAY_KIND, DELAY_RULE_SHIFT, DELAY_WHERE, DEVICE_KIND,
-    DEVICE_SOURCES, DEVICE_TYPES, GPU_KIND_DTYPE, I64_MAX, MISSING_STRING, MODES, SCHED_NONE,
-    SOURCE_DTYPE, SOURCE_PRIORITY, USAGES, _Loader, backend_labels,
-)
-from .kinds import ASYNC_KINDS, COPY_KINDS, EVENT_KINDS, MARK_KINDS, SCHED_KINDS, SYNC_KINDS
+from .frames import SOURCE_PRIORITY, _Loader, backend_labels
+from .kinds import SCHED_KINDS
 from .trace_file import FILE_SNAPSHOT, RawTrace, display_path, read_trace_file
 
-__all__ = [
-    "Trace", "load", "load_raw", "summarize", "best_device_intervals", "recorded_env",
-    "backend_labels",
-    # re-exported from kinds.py and frames.py
-    "ASYNC_KINDS", "COPY_KINDS", "EVENT_KINDS", "MARK_KINDS", "SCHED_KINDS", "SYNC_KINDS",
-    "COPY_KIND_DTYPE", "COPY_KINDS_CUPTI", "DELAY_KIND", "DELAY_RULE_SHIFT", "DELAY_WHERE",
-    "DEVICE_KIND", "DEVICE_SOURCES", "DEVICE_TYPES", "GPU_KIND_DTYPE", "I64_MAX", "MISSING_STRING",
-    "MODES", "SCHED_NONE", "SOURCE_DTYPE", "SOURCE_PRIORITY", "USAGES",
-]
+__all__ = ["Trace", "load", "load_raw", "summarize", "best_device_intervals", "recorded_env", "backend_labels"]
 
 
 # -- the Trace --------------------------------------------------------------------------------

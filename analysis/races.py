@@ -32,20 +32,12 @@ from .arrays import (_at, _bits, _codes, _int, _ints, _last_before, _lookup, _ob
 from .frames import backend_labels
 from .kinds import ENQUEUE_KINDS
 from .load import best_device_intervals
-from .race_report import (  # the report side, re-exported: it was defined here before race_report.py
-    BASES, CLASSES, EVENTS_TOLERANCE_NS, FINDING_COLUMNS, FINDING_DTYPES, FINDING_JSON, VERDICTS,
-    RaceReport, _missing_column, describe_op, finding_json, findings_frame, format_report,
-    missing_words, verdict_words,
-)
+from .race_report import (BASES, CLASSES, EVENTS_TOLERANCE_NS, VERDICTS, RaceReport, _missing_column,
+                          findings_frame, format_report, verdict_words)
 from .schema import FINDING_SIDE
 
-__all__ = [
-    "races", "MODES", "CHUNK", "MAX_CANDIDATES",
-    # re-exported from race_report.py
-    "RaceReport", "format_report", "verdict_words", "missing_words", "describe_op", "finding_json",
-    "findings_frame", "FINDING_JSON", "FINDING_COLUMNS", "FINDING_DTYPES", "CLASSES", "VERDICTS",
-    "BASES", "EVENTS_TOLERANCE_NS",
-]
+# RaceReport, format_report and verdict_words are read from here by the CLI and the views.
+__all__ = ["races", "RaceReport", "format_report", "verdict_words", "MODES", "CHUNK", "MAX_CANDIDATES"]
 
 MODES = ["read", "write"]
 

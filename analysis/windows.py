@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .races import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame, races
+from .race_report import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame
+from .races import races
 from .trace_file import (CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,
                          FILE_RING, MAX_RECORD_TYPE, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS, NONE32,
                          RECORD_SIZE, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL, REC_CLOCK, REC_GPU, REC_META,

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from tracegen import TraceBuilder  # noqa: E402
 
 import analysis  # noqa: E402
-from analysis.load import COPY_KINDS  # noqa: E402
+from analysis.kinds import COPY_KINDS  # noqa: E402
 from analysis.trace_file import BUF_ALLOCATED  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
