@@ -260,8 +260,8 @@ class _Loader:
             "arg": self.c_arg,
             "failed": (r["flags"] & CALL_FAILED) != 0,
             # bit1 of a copy or a backend allreduce: the backend declined it (ggml falls back)
-            "declined": ((r["flags"] & CALL_DECLINED) != 0) & np.isin(self.c_kind, [KIND_IDS["cpy_tensor_async"],
-                                                                       KIND_IDS["comm_allreduce"]]),
+            "declined": ((r["flags"] & CALL_DECLINED) != 0) & np.isin(kind, _ids(["cpy_tensor_async",
+                                                                                "comm_allreduce"])),
             **self.nesting(r["flags"]),
         })
 

@@ -141,3 +141,14 @@ def test_report_names_the_gpus_and_the_recording_flags(tmp_path):
         assert g["uuid"] in html and g["pci_bus_id"] in html
     assert "NVIDIA H200" in html and "ggml-trace record --device-timing --cupti -o" in html
     assert '"gpus"' not in html  # the metadata as tables, not its raw JSON
+
+
+@pytest.mark.parametrize("name", ["cuda-b10531-nkvo-1gpu", "cuda-b10531-layer-2gpu", "vulkan-nvidia-b10531-h200"])
+def test_a_copy_is_declined_exactly_when_the_backend_queued_nothing(name):
+    """cpy_tensor_async returns false for a copy the backend cannot queue (CPU memory into CUDA, say);
+    the hooks flag it declined and record no byte ranges for it (ggml copies it synchronously)."""
+    t = analysis.load(DATA / f"{name}.ggmltrace")
+    c = t.calls[t.calls["kind"] == "cpy_tensor_async"]
+    queued = c["call_id"].isin(t.accesses["call_id"])
+    assert c["declined"].any() and (c["declined"] == ~queued).all()
+    assert not t.calls.loc[~t.calls["kind"].isin(["cpy_tensor_async", "comm_allreduce"]), "declined"].any()

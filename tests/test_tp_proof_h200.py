@@ -78,6 +78,21 @@ def test_which_allreduce_ran_is_named_from_its_kernels(name, path):
     assert len(kernels) >= len(comm) and kernels["call_id"].isin(comm["call_id"]).all()
 
 
+@pytest.mark.parametrize("name", ["cupti-none", "dt-none"])
+def test_allreduce_none_is_the_butterfly_declined_call_by_call(name):
+    """GGML_CUDA_ALLREDUCE=none: CUDA still makes a communicator, but its allreduce returns false for
+    every tensor, so the meta backend's butterfly (copies, then ADDs) does the reduction."""
+    t = load(name)
+    (a,) = t.summary()["allreduce"]
+    assert (a["registry"], a["path"], a["accepted_calls"]) == ("CUDA", "butterfly", 0)
+    assert a["evidence"] == "the registry declined every call" and a["declined_calls"] == 136
+    c = t.calls
+    comm = c[c["kind"] == "comm_allreduce"]
+    assert len(comm) == 2 * 136 and comm["declined"].all()
+    assert not c.loc[~c["kind"].isin(["comm_allreduce", "cpy_tensor_async"]), "declined"].any()
+    assert (c["role"] == "copy").sum() > 0 and ((c["kind"] == "graph_compute") & (c["role"] == "reduce")).any()
+
+
 def test_the_allreduce_holds_every_device_until_all_arrive():
     t = load("nccl-delay")
     d = t.delays
