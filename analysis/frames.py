@@ -221,6 +221,7 @@ class _Loader:
         r = self.raw.calls
         r = _rows(r, np.argsort(r["t_begin"], kind="stable"))
         self.c_id = r["call_id"].astype(np.uint64)
+        self.c_index = pd.Index(self.c_id)  # one hash table for every lookup by call id
         kind = r["kind"].astype(np.int64)
         self.c_kindnum = kind
         known = list(CALL_KINDS.values())
@@ -270,7 +271,7 @@ class _Loader:
         (a range over the calls it made); a call it made has its parent's call_id, the device
         index within the meta backend, the meta subgraph and its role."""
         n = self.raw.nest
-        rows = _lookup(self.c_id, n["call_id"].astype(np.uint64))
+        rows = _lookup(self.c_index, n["call_id"].astype(np.uint64))
         ok = rows >= 0
         rows = rows[ok]
         parent = np.zeros(len(self.c_id), np.uint64)
@@ -333,7 +334,7 @@ class _Loader:
     def accesses(self) -> pd.DataFrame:
         a = self.raw.accesses
         call_id = a["call_id"].astype(np.uint64)
-        rows = _lookup(self.c_id, call_id)
+        rows = _lookup(self.c_index, call_id)
         self.a_call = rows
         cc = self.call_columns(rows, ["kind", "backend", "sched", "graph", "split",
                                       "t_begin", "t_end"], t_fill=I64_MAX)
@@ -374,7 +375,7 @@ class _Loader:
     def allocations(self) -> pd.DataFrame:
         p = self.raw.places
         call_id = p["call_id"].astype(np.uint64)
-        rows = _lookup(self.c_id, call_id)
+        rows = _lookup(self.c_index, call_id)
         cc = self.call_columns(rows, ["sched", "graph", "t_end"], t_fill=I64_MAX)
         _, buffer, offset = self.resolve(p["buffer"].astype(np.uint64),
                                          p["offset"].astype(np.uint64),
@@ -452,7 +453,7 @@ class _Loader:
         Where the enqueuing call is missing, backend/graph/split are the record's own. `source`
         says who observed the interval (see DEVICE_SOURCES)."""
         rows = np.flatnonzero(self.c_kindnum == KIND_IDS[DEVICE_KIND])
-        enq = _lookup(self.c_id, self.c_obj[rows])
+        enq = _lookup(self.c_index, self.c_obj[rows])
         found = enq >= 0
         src = np.where(found, enq, rows)  # where to take backend/graph/split from
         kind = np.where(found, self.c_kind[np.maximum(enq, 0)], -1)
@@ -494,7 +495,7 @@ class _Loader:
         pos = _lookup(corr["correlation"].astype(np.uint64), a_corr)
         hit = pos >= 0
         call_id = _take(corr["name"].astype(np.uint64), pos, 0)
-        rows = np.where(hit, _lookup(self.c_id, call_id), -1)
+        rows = np.where(hit, _lookup(self.c_index, call_id), -1)
         # ... else through the runtime API call that launched it: the innermost traced call on
         # the same thread that was running when the API call began.
         api_pos = _lookup(api["correlation"].astype(np.uint64), a_corr)
@@ -569,7 +570,7 @@ class _Loader:
         end = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
         np.minimum.at(begin, inv, a["t_begin"].to_numpy(np.int64))
         np.maximum.at(end, inv, a["t_end"].to_numpy(np.int64))
-        rows = _lookup(self.c_id, uniq)
+        rows = _lookup(self.c_index, uniq)
         cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
         n = len(uniq)
         return _frame({
@@ -585,7 +586,7 @@ class _Loader:
         df, rows = self.sub(calls, [DELAY_KIND], ["call_id", "backend", "graph", "split",
                                                   "thread", "t_begin", "t_end"])
         target = self.c_obj[rows]
-        trow = _lookup(self.c_id, target)
+        trow = _lookup(self.c_index, target)
         arg = self.c_arg[rows]
         flags = self.c_flags[rows].astype(np.int64)
         where = (flags >> DELAY_WHERE_SHIFT) & 3
