@@ -1,8 +1,4 @@
 """ggml-trace analysis: load a binary trace into pandas DataFrames."""
-from .allocator import prefer_heap
-
-prefer_heap()  # loading makes and drops many large arrays: reuse their memory (allocator.py)
-
 from .load import Trace, load, summarize
 from .races import RaceReport, races
 from .trace_file import TraceFormatError

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .columns import Columns
 from .trace_file import (
     GPU_API, GPU_KERNEL, GPU_MEMSET, HEADER_SIZE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER,
     REC_CALL, REC_CLOCK, REC_GPU, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_SIZE,
@@ -42,8 +43,8 @@ class Problem:
 class Parts:
     """The records of one type and the slot index (in the body) each came from."""
 
-    def __init__(self, recs: np.ndarray, slots: np.ndarray):
-        self.recs, self.slots = recs, slots
+    def __init__(self, recs: np.ndarray | Columns, slots: np.ndarray):
+        self.recs, self.slots = recs, slots  # Columns for the types trace_file.COLUMNAR names
 
 
 HEADER_CLOCKS = {"t0_monotonic_ns": 24, "t0_realtime_ns": 32, "t0_ticks": 40}  # field: offset

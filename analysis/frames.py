@@ -18,7 +18,7 @@ from .arrays import (_categorical, _frame, _ids, _lookup, _nullable, _pick_lifet
                      _with_codes)
 from .kinds import ASYNC_KINDS, COPY_KINDS, EVENT_KINDS, MARK_KINDS, SYNC_KINDS
 from .trace_file import (
-    ACC_READ, ACC_WRITE, BUF_FREED, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
+    ACC_READ, ACC_WRITE, BUF_FREED, CALL_DTYPE, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
     KIND_IDS, NONE32, RawTrace,
 )
 from .trace_file import (CALL_DECLINED, CALL_FAILED, CALL_META_PARENT, DELAY_WHERE_SHIFT, DEVICE_END_LATE,
@@ -106,7 +106,8 @@ class _Loader:
         # One dtype for every backend-name column; indices without a BackendRec (or without a
         # name) get a placeholder so they are not confused with "no backend".
         labels = backend_labels(df)
-        used = pd.unique(np.concatenate([self.raw.calls["backend"], self.raw.calls["backend2"]]))
+        calls = self.raw.calls
+        used = pd.unique(np.concatenate([calls["backend"], calls["backend2"]]))
         known = set(self.b_index.tolist()) | {NONE32}
         extra = sorted(int(i) for i in used.tolist() if i not in known)
         labels += [f"backend#{i}" for i in extra]
@@ -218,8 +219,9 @@ class _Loader:
 
     # ---------------------------------------------------------------------------------------
     def calls(self) -> pd.DataFrame:
-        r = self.raw.calls
-        r = _rows(r, np.argsort(r["t_begin"], kind="stable"))
+        cols = self.raw.calls
+        order = np.argsort(cols["t_begin"], kind="stable")
+        r = {name: cols[name][order] for name in CALL_DTYPE.names}  # in t_begin order
         self.c_id = r["call_id"].astype(np.uint64)
         self.c_index = pd.Index(self.c_id)  # one hash table for every lookup by call id
         kind = r["kind"].astype(np.int64)

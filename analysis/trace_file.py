@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .columns import Columns
+
 if TYPE_CHECKING:
     from .ring import RingWindow
 
@@ -173,6 +175,8 @@ RECORD_DTYPES = {
     REC_GPU: GPU_DTYPE, REC_SAMPLE: SAMPLE_DTYPE, REC_NEST: NEST_DTYPE,
 }
 
+COLUMNAR = (REC_CALL, REC_ACCESS, REC_PLACE)  # read into Columns; the other types stay records
+
 INCOMPLETE_STRING = "<incomplete string>"
 
 
@@ -187,9 +191,9 @@ class RawTrace:
     threads: np.ndarray         # THREAD_DTYPE
     backends: np.ndarray        # BACKEND_DTYPE
     buffers: np.ndarray         # BUFFER_DTYPE
-    calls: np.ndarray           # CALL_DTYPE
-    accesses: np.ndarray        # ACCESS_DTYPE
-    places: np.ndarray          # ACCESS_DTYPE
+    calls: Columns              # CALL_DTYPE (the most numerous types are held as columns)
+    accesses: Columns           # ACCESS_DTYPE
+    places: Columns             # ACCESS_DTYPE
     clocks: np.ndarray          # CLOCK_DTYPE
     gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, GPU_DTYPE))
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0, SAMPLE_DTYPE))
@@ -467,8 +471,9 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
     raw = RawTrace(path=path, header=header, chunks=np.zeros(0, CHUNK_HEADER_DTYPE),
                    string_recs=np.zeros(0, STRING_DTYPE), meta=np.zeros(0, META_DTYPE),
                    threads=np.zeros(0, THREAD_DTYPE), backends=np.zeros(0, BACKEND_DTYPE),
-                   buffers=np.zeros(0, BUFFER_DTYPE), calls=np.zeros(0, CALL_DTYPE),
-                   accesses=np.zeros(0, ACCESS_DTYPE), places=np.zeros(0, ACCESS_DTYPE),
+                   buffers=np.zeros(0, BUFFER_DTYPE), calls=Columns.of_records(np.zeros(0, CALL_DTYPE)),
+                   accesses=Columns.of_records(np.zeros(0, ACCESS_DTYPE)),
+                   places=Columns.of_records(np.zeros(0, ACCESS_DTYPE)),
                    clocks=np.zeros(0, CLOCK_DTYPE), truncated=len(body) % CHUNK_SIZE != 0)
     shown = display_path(path)
     if raw.truncated:
@@ -515,7 +520,9 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
     slots = {}
     for rtype, dtype in RECORD_DTYPES.items():  # one pass per record type, not per record
         slots[rtype] = np.flatnonzero(types == rtype)
-    checked = {rtype: Parts(recs[idx].view(RECORD_DTYPES[rtype]), idx) for rtype, idx in slots.items()}
+    rows = recs.view(np.uint64).reshape(n, 8)
+    checked = {rtype: Parts(Columns.of_rows(rows, RECORD_DTYPES[rtype], idx) if rtype in COLUMNAR
+                            else recs[idx].view(RECORD_DTYPES[rtype]), idx) for rtype, idx in slots.items()}
     for msg in check_header(header, shown, strict, checked):
         raw.warnings.append(msg)
         raw.damage.append(msg)
