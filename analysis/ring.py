@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .trace_file import (CHUNK_KEPT, CHUNK_MAGIC, CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING,
+from .trace_file import (CHUNK_HEADER_DTYPE, CHUNK_KEPT, CHUNK_MAGIC, CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING,
                          FILE_SNAPSHOT, GPU_API, GPU_CORRELATION, HEADER_SIZE, KIND_IDS, NONE32,
                          RECORD_SIZE, SLOTS_PER_CHUNK, RawTrace, TickClock)
 
@@ -53,6 +53,23 @@ class RingWindow:
 
 def is_ring(header: dict) -> bool:
     return bool(header.get("file_flags", 0) & FILE_RING)
+
+
+def oldest_chunk_ns(path, header: dict) -> int | None:
+    """CLOCK_MONOTONIC ns at which the oldest ring chunk of a ring file (live or not) was claimed:
+    nothing older can be in its window. None when the file has no ring chunk yet. Reads only
+    the chunk headers."""
+    size = os.path.getsize(path)
+    n = (size - HEADER_SIZE) // CHUNK_SIZE
+    if n <= 0:
+        return None
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_SIZE, shape=(n * CHUNK_SIZE,))
+    heads = data.reshape(n, CHUNK_SIZE)[:, :RECORD_SIZE].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
+    ring = heads[(heads["magic"] == CHUNK_MAGIC) & (heads["region"] == CHUNK_RING)]
+    if len(ring) == 0:
+        return None
+    ticks = float(ring["t_claim"].min()) - float(header["t0_ticks"])
+    return int(header["t0_monotonic_ns"] + ticks * header["ns_per_tick"])
 
 
 def cut_to_window(raw: RawTrace) -> RingWindow:

@@ -7,6 +7,7 @@ import os
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import types
@@ -263,6 +264,62 @@ def test_sampler_thread_on_simulated_nvml(monkeypatch):
     assert last[(0, "power_w")] == 250.5 and last[(1, "sm_clock_mhz")] == 1979
     assert last[(1, "memory_used_bytes")] == 2 << 30 and last[(1, "temperature_c")] == 41
     assert len(s.samples()) == len(x)  # stopped: nothing more comes
+
+
+def test_forget_before_drops_only_older_readings(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml({}))
+    with NvmlSampler(interval_ms=2) as s:
+        time.sleep(0.06)
+        mid = time.monotonic_ns()
+        time.sleep(0.06)
+        before = s.samples()
+        dropped = s.forget_before(mid)
+        after = s.samples()
+    assert dropped > 0 and (after.t_ns >= mid).all()
+    # what stays is what was there from `mid` on (and what the sampler read since)
+    kept = before.t_ns >= mid
+    assert after.t_ns[: kept.sum()].tolist() == before.t_ns[kept].tolist()
+    assert after.value[: kept.sum()].tolist() == before.value[kept].tolist()
+
+
+@pytest.mark.parametrize("ring", ["time", "size"])
+def test_a_flight_recorder_keeps_only_recent_gpu_counters(ring, tmp_path, monkeypatch):
+    """Hours under --ring with --nvml must not pile the whole run's readings up in memory, nor
+    append them to a file that is to stay bounded: readings older than what the ring can hold
+    are dropped while the program runs (every SAMPLES_TRIM_EVERY_S), and at the end."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml({}))
+    monkeypatch.setattr(record, "SAMPLES_TRIM_EVERY_S", 0.1)
+    made = []
+
+    class Sampler(NvmlSampler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(record, "NvmlSampler", Sampler)
+    hooks = built_program("b10531", "libggml-trace-hooks.so")
+    out = tmp_path / "ring.ggmltrace"
+    env = dict(os.environ, **record.ring_env("0.2" if ring == "time" else "4M"))
+    t_start = time.monotonic_ns()
+    rec = record.record(list(map(str, sched_loop(40_000))), hooks, out, nvml=True, nvml_interval_ms=5, env=env,
+                        stdout=subprocess.DEVNULL)
+    t_end = time.monotonic_ns()
+    assert rec.returncode == 0 and "nvml: 2 GPUs" in rec.nvml, rec.nvml
+    run_s = (t_end - t_start) / 1e9
+    assert run_s > 3.0  # long enough that the bound shows
+    held = made[0].samples()
+    t = load(out)
+    if ring == "time":
+        # twice the ring's time plus a second of margin, plus one trim period
+        assert (t_end - held.t_ns.min()) / 1e9 < 0.4 + 1.0 + 0.1 + 0.5
+        assert t.ring.keep_ns == 200_000_000
+    else:
+        start = t.header["t0_monotonic_ns"] + t.ring.start_ns  # the window the ring kept
+        assert t.ring.start_ns > 1e9  # the 4 MiB ring wrapped well after the run began
+        assert held.t_ns.min() >= start - 1_000_000_000 - 200_000_000
+    # the file holds the readings of its window (and a margin), not of the whole run
+    g = t.gpu_samples
+    assert len(g) > 0 and (g["t"].max() - g["t"].min()) / 1e9 < run_s - 1.0
 
 
 # -- on a GPU host: the real thing ---------------------------------------------------------------

@@ -176,6 +176,20 @@ class NvmlSampler:
             if self._stop.wait(next_t - now):
                 return
 
+    def forget_before(self, t_ns: int) -> int:
+        """Drops the readings taken before t_ns (CLOCK_MONOTONIC): a flight recorder keeps only
+        the recent past, and hours of readings would otherwise stay in memory. Returns how
+        many readings were dropped."""
+        with self._lock:
+            t = np.frombuffer(self._t, np.int64) if len(self._t) else np.zeros(0, np.int64)
+            k = int(np.searchsorted(t, t_ns, side="left"))  # readings are appended in time order
+            del t  # the array must not be exported while it shrinks
+            if k:
+                del self._t[:k]
+                del self._dev[:k]
+                del self._val[: k * len(METRICS)]
+        return k
+
     def samples(self) -> Samples:
         """Everything read so far, in long form, without the metrics that were not read."""
         with self._lock:

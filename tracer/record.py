@@ -140,7 +140,8 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: boo
         asked = []
         old_usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: asked.append(1))
         try:
-            returncode = _watch(proc, output, asked, check, check_every, taken, on_snapshot)
+            bound = _samples_bound(env, output, sampler)
+            returncode = _watch(proc, output, asked, check, check_every, taken, on_snapshot, bound)
         finally:
             t_end = time.monotonic_ns()
             for s, handler in forwarded.items():
@@ -152,8 +153,45 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: boo
     return rec
 
 
-def _watch(proc, output: Path, asked: list, check: str | None, every: float, taken: list, on_snapshot) -> int:
-    """Waits for `proc`; meanwhile takes the snapshots asked for (SIGUSR1, a failing check)."""
+SAMPLES_TRIM_EVERY_S = 5.0  # how often a flight recorder's GPU counters are cut to its window
+
+
+def _samples_bound(env: dict, output: Path, sampler: NvmlSampler | None):
+    """Under a flight recorder, a function that drops the GPU counter readings older than any
+    ring could still hold (what add_gpu_counters would leave out anyway): a time ring keeps twice
+    its time, a size ring what its oldest chunk holds. None when there is nothing to bound."""
+    if sampler is None:
+        return None
+    seconds = env.get("GGML_TRACE_RING_SECONDS")
+    if seconds:
+        keep_ns = int(2 * float(seconds) * 1e9)
+        return lambda: sampler.forget_before(time.monotonic_ns() - keep_ns - 1_000_000_000)
+    if not env.get("GGML_TRACE_RING_BYTES"):
+        return None
+
+    def by_oldest_chunk():
+        starts = [_ring_start_ns(path) for path in trace_files(output)]
+        known = [t for t in starts if t is not None]
+        if known and len(known) == len(starts):  # every file's window is known
+            sampler.forget_before(min(known) - 1_000_000_000)
+    return by_oldest_chunk
+
+
+def _ring_start_ns(path) -> int | None:
+    """When a ring file's oldest chunk was claimed (CLOCK_MONOTONIC ns); None if unknown."""
+    from analysis.ring import oldest_chunk_ns
+    from analysis.trace_file import TraceFormatError, read_header
+
+    try:
+        return oldest_chunk_ns(path, read_header(path))
+    except (OSError, ValueError, TraceFormatError):
+        return None
+
+
+def _watch(proc, output: Path, asked: list, check: str | None, every: float, taken: list, on_snapshot,
+           trim_samples=None) -> int:
+    """Waits for `proc`; meanwhile takes the snapshots asked for (SIGUSR1, a failing check) and
+    keeps a flight recorder's GPU counters to its window (`trim_samples`)."""
     from . import snapshots
 
     def snap(why: str):
@@ -169,11 +207,15 @@ def _watch(proc, output: Path, asked: list, check: str | None, every: float, tak
 
     failing = False
     next_check = time.monotonic() + every
+    next_trim = time.monotonic() + SAMPLES_TRIM_EVERY_S
     while True:
         try:
             return proc.wait(timeout=0.1)
         except subprocess.TimeoutExpired:
             pass
+        if trim_samples and time.monotonic() >= next_trim:
+            trim_samples()
+            next_trim = time.monotonic() + SAMPLES_TRIM_EVERY_S
         if asked:
             asked.clear()
             snap("SIGUSR1")
@@ -199,6 +241,7 @@ def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
     from each file's start to t_end_ns to every trace. A trace it cannot add them to is left
     as it was. Returns one line saying what happened."""
     # Imported here: the analysis package pulls in pandas, which the program need not wait for.
+    from analysis.ring import is_ring
     from analysis.trace_file import read_header
 
     from .trace_append import append
@@ -221,6 +264,8 @@ def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
             t0 = header["t0_monotonic_ns"]
             if header["ring_keep_ns"]:  # a flight recorder keeps the recent past: so do its counters
                 t0 = max(t0, t_end_ns - 2 * header["ring_keep_ns"])
+            elif is_ring(header):  # a size ring: what its oldest chunk holds
+                t0 = max(t0, (_ring_start_ns(path) or t0) - 1_000_000_000)
             mine = samples.between(t0, t_end_ns) if samples is not None else None
             append(path, meta, mine)
             stored = max(stored, len(mine) if mine is not None else 0)
