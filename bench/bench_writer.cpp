@@ -198,7 +198,7 @@ int main(int argc, char ** argv) {
                "call + 4 delay rules, no hit", (unsigned long long) n, on[reps / 2], on[reps / 2] - plain[reps / 2],
                (unsigned long long) g_hits);
     }
-    printf("file growth (fallocate + populate), amortised: %.1f ns/record\n", grow_per_record);
+    printf("file growth (zeros written + populate), amortised: %.1f ns/record\n", grow_per_record);
     writer_close();
     unlink(path);
     return 0;

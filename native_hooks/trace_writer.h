@@ -1,7 +1,7 @@
 // Lock-free, allocation-free trace writer over a MAP_SHARED file mapping.
 //
 // Every thread owns the chunk it writes into; a new chunk costs one atomic add (and, once per
-// segment, a mutex and fallocate). Records go straight into the page cache, so the kernel keeps
+// segment, a mutex and the segment's zeros written). Records go straight into the page cache, so the kernel keeps
 // them when the process dies by SIGKILL, SIGSEGV or abort(): there is nothing to flush.
 #pragma once
 #include <stddef.h>
