@@ -10,7 +10,10 @@ left to the window before (races(own_from_ns=...)). Memory holds the index and o
 
 What a window cannot see: a race between two operations more than CONTEXT_GRAPHS graphs apart.
 In ggml that would be work left unsynchronised across whole graph computes; the in-memory
-analysis (`ggml-trace races --no-windows`) sees it. Ring files are bounded: they are read whole.
+analysis (`ggml-trace races --no-windows`) sees it. Nor device-side records (device_exec) whose
+host call is not in the file (a file cut before the call's chunk): they go with their call.
+Ring files are bounded: they are read whole. A file cut inside a chunk is read as the whole-file
+reader reads it: every whole record of its last chunk.
 
 The same per-window work runs on Dask (races_on_dask): one task per window, the findings merged
 as they are here.
@@ -140,7 +143,7 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
     if header["file_flags"] & FILE_RING:
         raise TraceFormatError(f"{shown}: a flight recorder's file is bounded: analyse it whole")
     body_size = max(size - HEADER_SIZE, 0)
-    n_chunks = body_size // CHUNK_SIZE
+    n_chunks = -(-body_size // CHUNK_SIZE)  # a last chunk cut by the end of the file counts
     unused = unknown = bad_chunks = 0
     first_bad = None
     parts = {k: [] for k in ("pos", "thread", "calls_lo", "calls_hi", "gpu_lo", "gpu_hi", "n", "globals",
@@ -149,10 +152,7 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
     t_start = time.monotonic()
     for first in range(0, n_chunks, BLOCK_CHUNKS):
         nc = min(BLOCK_CHUNKS, n_chunks - first)
-        blk = np.frombuffer(os.pread(fd, nc * CHUNK_SIZE, HEADER_SIZE + first * CHUNK_SIZE), np.uint8)
-        if len(blk) < nc * CHUNK_SIZE:
-            raise TraceFormatError(f"{shown}: the file shrank while it was read")
-        blk = blk.reshape(nc, SLOTS_PER_CHUNK, RECORD_SIZE)
+        blk = _pread_chunks(fd, first, nc, body_size, shown)
         heads = blk[:, 0, :].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
         used = heads["magic"] == CHUNK_MAGIC
         types = blk[:, 1:, 0]
@@ -221,6 +221,24 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
     return TraceIndex(path, header, size, cat["pos"].astype(np.int64), lo_ns, hi_ns,
                       cat["n"].astype(np.int64), globals_, graph_ids, graph_start, operations, accesses,
                       body_size % CHUNK_SIZE != 0, unused == 0, damage, clock, header_page)
+
+
+def _pread_chunks(fd: int, first: int, n: int, body_size: int, shown: str) -> np.ndarray:
+    """Chunks `first` .. first + n - 1 of the body as (n, SLOTS_PER_CHUNK, RECORD_SIZE) bytes. A last
+    chunk cut by the end of the file keeps its whole records and reads as zeros after them, as
+    read_trace_file reads a cut file (a zero type byte ends a chunk)."""
+    want = n * CHUNK_SIZE
+    expect = min(want, body_size - first * CHUNK_SIZE)
+    buf = os.pread(fd, want, HEADER_SIZE + first * CHUNK_SIZE)
+    if len(buf) < expect:
+        raise TraceFormatError(f"{shown}: the file shrank while it was read")
+    if len(buf) == want:
+        out = np.frombuffer(buf, np.uint8)
+    else:
+        whole = len(buf) - len(buf) % RECORD_SIZE  # a record cut by the end of the file is left out
+        out = np.zeros(want, np.uint8)
+        out[:whole] = np.frombuffer(buf, np.uint8, count=whole)
+    return out.reshape(n, SLOTS_PER_CHUNK, RECORD_SIZE)
 
 
 def _span(clock, ticks, gpu_ns, t0, pick, none):
@@ -318,12 +336,12 @@ def _read_chunks(index: TraceIndex, positions: np.ndarray) -> np.ndarray:
     starts = np.r_[positions[0], positions[breaks]]
     counts = np.diff(np.r_[0, breaks, len(positions)])
     out = np.empty((len(positions), SLOTS_PER_CHUNK, RECORD_SIZE), np.uint8)
+    body_size = index.size - HEADER_SIZE
     fd = os.open(index.path, os.O_RDONLY)
     try:
         at = 0
         for start, n in zip(starts.tolist(), counts.tolist()):
-            buf = os.pread(fd, n * CHUNK_SIZE, HEADER_SIZE + start * CHUNK_SIZE)
-            out[at:at + n] = np.frombuffer(buf, np.uint8).reshape(n, SLOTS_PER_CHUNK, RECORD_SIZE)
+            out[at:at + n] = _pread_chunks(fd, start, n, body_size, display_path(index.path))
             at += n
     finally:
         os.close(fd)

@@ -9,7 +9,7 @@ import pytest
 from conftest import ggml_trace
 
 from analysis import TraceFormatError, load, races
-from analysis.windows import index_trace, plan_windows, races_in_windows, races_on_dask
+from analysis.windows import index_trace, iter_windows, plan_windows, races_in_windows, races_on_dask
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -49,8 +49,6 @@ def test_a_synthetic_race_in_every_graph(synthetic):
 
 
 def test_iter_windows_covers_every_call_once(synthetic):
-    from analysis.windows import iter_windows
-
     path, graphs = synthetic
     seen = [t.calls["call_id"] for _, t in iter_windows(path, records=30_000)]
     assert len(seen) > 5
@@ -93,6 +91,31 @@ def test_windows_refuse_a_ring_and_read_damage_as_the_whole_does(tmp_path):
     assert r.returncode == 2 and "unknown type byte" in r.stderr, r.stderr
     r = ggml_trace("races", bad, "--windows", "--lenient")  # loads the rest, and says it rests on damage
     assert r.returncode == 2 and "dropped" in r.stderr and "rests on a damaged file" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("cut_at", [0.5, 0.75])
+def test_a_cut_file_in_windows_keeps_what_the_whole_read_keeps(synthetic, tmp_path, cut_at):
+    """A file cut inside a chunk (copied while written, a full disk): the windows read its last,
+    partial chunk as the whole-file reader does, every whole record in it."""
+    from analysis.trace_file import CHUNK_SIZE, HEADER_SIZE
+
+    path, _ = synthetic
+    data = path.read_bytes()
+    chunks = (len(data) - HEADER_SIZE) // CHUNK_SIZE
+    cut = HEADER_SIZE + int(chunks * cut_at) * CHUNK_SIZE + CHUNK_SIZE // 3 + 17  # mid-chunk, mid-record
+    part = tmp_path / "cut.ggmltrace"
+    part.write_bytes(data[:cut])
+    whole = load(part, strict=False)
+    assert any("ends inside a chunk" in w for w in whole.warnings)
+    def host_calls(t):  # device-side records whose host call was cut off are left out of windows
+        return set(t.calls.loc[t.calls["kind"] != "device_exec", "call_id"].tolist())
+
+    seen = set()
+    for _, t in iter_windows(part, records=30_000, strict=False):
+        seen |= host_calls(t)
+    assert seen == host_calls(whole)
+    windowed, _ = races_in_windows(part, records=20_000, strict=False)
+    assert windowed.findings.equals(races(whole).findings)
 
 
 def test_partitioned_parquet_export_reads_back_as_the_whole_trace(tmp_path):
