@@ -139,20 +139,26 @@ def test_host_times_alone_never_say_latent(tmp_path):
 
 def test_inputless_reuse_on_real_vulkan_before_and_after_the_fix(tmp_path):
     from tracer import scenario
-    red = scenario.run("inputless-reuse", build="b10524", runs=20, backend="vulkan", out_dir=tmp_path / "red")
+    # measured 8/10, 12/20, 9/20, 12/20 corrupt before the fix: the copy often runs in time; once,
+    # on a loaded machine, 1/20. Rounds of 20 until 4 corrupt runs (at most 3 rounds).
+    rounds = []
+    while len(rounds) < 3 and sum(r.corrupt_runs for r in rounds) < 4:
+        rounds.append(scenario.run("inputless-reuse", build="b10524", runs=20, backend="vulkan",
+                                   out_dir=tmp_path / f"red{len(rounds)}"))
+    red_corrupt = sum(r.corrupt_runs for r in rounds)
+    assert red_corrupt >= 4, [r.corrupt for r in rounds]
+    proven = 0
+    for red in rounds:
+        for i, path in enumerate(red.traces):
+            (race,) = findings(races(load(path)))
+            assert {race["a"]["tensor"], race["b"]["tensor"]} == {"h", "z"}
+            # A corrupt run's race is never called latent. The marker bounds prove most of them
+            # manifested; on a loaded machine a marker can be read too late to prove it (seen: 1 run
+            # of 20 undetermined), which is honest, not wrong.
+            if i in red.corrupt:
+                assert race["verdict"] in ("manifested", "undetermined") and race["basis"] == "bounds", (path, race)
+                proven += race["verdict"] == "manifested"
+    assert proven * 2 >= red_corrupt, (proven, red_corrupt)
     green = scenario.run("inputless-reuse", build="b10531", runs=20, backend="vulkan", out_dir=tmp_path / "green")
-    # measured 8/10, 12/20, 9/20, 12/20 corrupt before the fix: the copy often runs in time
-    assert red.corrupt_runs >= 4, red.corrupt
-    for i, path in enumerate(red.traces):
-        (race,) = findings(races(load(path)))
-        assert {race["a"]["tensor"], race["b"]["tensor"]} == {"h", "z"}
-        # A corrupt run's race is never called latent. The marker bounds prove most of them
-        # manifested; on a loaded machine a marker can be read too late to prove it (seen: 1 run
-        # of 20 undetermined), which is honest, not wrong.
-        if i in red.corrupt:
-            assert race["verdict"] in ("manifested", "undetermined") and race["basis"] == "bounds", (path, race)
-    proven = [i for i, p in enumerate(red.traces) if i in red.corrupt
-              and findings(races(load(p)))[0]["verdict"] == "manifested"]
-    assert len(proven) * 2 >= red.corrupt_runs, (proven, red.corrupt)
     assert green.corrupt_runs == 0
     assert all(findings(races(load(p))) == [] for p in green.traces)
