@@ -48,8 +48,10 @@ def _categorical(keys: np.ndarray, label_of) -> pd.Categorical:
     codes, uniq = pd.factorize(keys)
     labels = np.array([label_of(k) for k in uniq.tolist()], dtype=object)
     lcodes, cats = pd.factorize(labels)  # distinct keys may share a label
-    lcodes = np.asarray(lcodes, np.int64)
-    return pd.Categorical.from_codes(lcodes[codes] if len(lcodes) else codes, categories=cats, validate=False)
+    if len(cats) < len(lcodes) or (lcodes < 0).any():  # shared or missing labels: codes of labels
+        codes = np.asarray(lcodes, np.int64)[codes]
+    # (else every key has a label of its own, in the order of the keys' first appearance: the same codes)
+    return pd.Categorical.from_codes(codes, categories=cats, validate=False)
 
 
 def _rows(recs: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -67,7 +69,10 @@ def _frame(columns: dict) -> pd.DataFrame:
 def _with_codes(codes: np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical:
     """Codes made by the loader's own tables (-1 or an index into dtype's categories: every
     table maps what it does not know to -1), so pandas' range check is skipped."""
-    return pd.Categorical.from_codes(np.asarray(codes, np.int64), dtype=dtype, validate=False)
+    codes = np.asarray(codes)
+    if codes.dtype.kind != "i":  # signed codes of any width are taken as they are
+        codes = codes.astype(np.int64)
+    return pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
 
 
 def _lookup(keys, queries: np.ndarray) -> np.ndarray:

@@ -123,7 +123,7 @@ class _Loader:
         """Codes in backend_dtype for an array of backend indices (NONE32 -> -1)."""
         idx = idx.astype(np.int64)
         if len(self.b_keys) and self.b_keys.max() < 4096:  # small indices: a lookup table
-            lut = np.full(4097, -1, np.int64)
+            lut = np.full(4097, -1, np.int32)
             lut[self.b_keys] = self.b_codes
             return lut[np.minimum(idx, 4096)]
         return _take(self.b_codes, _lookup(self.b_keys, idx), -1)
@@ -230,7 +230,7 @@ class _Loader:
         present = np.flatnonzero(np.bincount(r["kind"], minlength=256))
         extra = sorted(set(present.tolist()) - set(CALL_KINDS))
         self.kind_dtype = pd.CategoricalDtype(known + [f"kind_{k}" for k in extra])
-        lut = np.full(256, -1, np.int64)
+        lut = np.full(256, -1, np.int16)  # codes as narrow as the categories allow: less to write
         lut[list(CALL_KINDS)] = np.arange(len(known))
         lut[extra] = len(known) + np.arange(len(extra))
         self.c_kind = lut[kind]
@@ -351,7 +351,7 @@ class _Loader:
         size = a["size"].astype(np.uint64)
         self.a_tensor = self.names(a["tensor"])
         op, index = a["op"].astype(np.int64), a["index"].astype(np.int64)
-        mlut = np.full(256, -1, np.int64)
+        mlut = np.full(256, -1, np.int8)
         mlut[[ACC_READ, ACC_WRITE]] = [0, 1]
         return _frame({
             "call_id": call_id,
