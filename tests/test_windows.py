@@ -142,6 +142,14 @@ def test_partitioned_parquet_export_reads_back_as_the_whole_trace(tmp_path):
         b = part[whole.columns].sort_values(key).reset_index(drop=True).astype(str)
         assert a.equals(b), name
     assert pd.read_parquet(out / "buffers.parquet").shape[0] == len(t.buffers)
+    # DuckDB reads the partitions as one table, the partition key as a column
+    import duckdb
+
+    sql = duckdb.sql(f"""SELECT graphs, kind, count(*) AS n FROM read_parquet('{out}/calls/*/*.parquet',
+                         hive_partitioning = true) GROUP BY graphs, kind""").df()
+    assert sql["graphs"].str.fullmatch(r"\d+-\d+").all()
+    by_kind = sql.groupby("kind")["n"].sum().sort_index()
+    assert by_kind.to_dict() == t.calls["kind"].astype(str).value_counts().sort_index().to_dict()
 
 
 @pytest.mark.parametrize("name", ["cuda-b10531-tp-2gpu-nccl-cupti", "vulkan-nvidia-b10524-h200",
