@@ -182,7 +182,8 @@ INCOMPLETE_STRING = "<incomplete string>"
 
 @dataclass
 class RawTrace:
-    """Everything in a trace file, as numpy structured arrays (one per record type)."""
+    """Everything in a trace file, by record type: numpy structured arrays, and for the types
+    COLUMNAR names (calls, accesses, placements) Columns indexed the same way."""
     path: str
     header: dict
     chunks: np.ndarray          # CHUNK_HEADER_DTYPE, the used chunks in file order

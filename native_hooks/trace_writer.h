@@ -1,8 +1,9 @@
 // Lock-free, allocation-free trace writer over a MAP_SHARED file mapping.
 //
 // Every thread owns the chunk it writes into; a new chunk costs one atomic add (and, once per
-// segment, a mutex and the segment's zeros written). Records go straight into the page cache, so the kernel keeps
-// them when the process dies by SIGKILL, SIGSEGV or abort(): there is nothing to flush.
+// segment, a mutex and the segment's zeros written). Records go straight into the page cache,
+// so the kernel keeps them when the process dies by SIGKILL, SIGSEGV or abort(): there is
+// nothing to flush.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
