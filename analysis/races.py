@@ -342,11 +342,12 @@ class _Analysis:
             raise OverflowError("trace too large for the race analysis' packed keys")
         base = g << shift
 
-        def structure(sel):
-            order = sel[np.lexsort((topo[sel], g[sel]))]
+        def structure(order):
             return order, base[order] | seq[order], base[order] | topo[order]
 
-        structures = (structure(np.flatnonzero(self.a_write)), structure(np.arange(na)))
+        # One sort: the writes in the order of all accesses are the writes sorted (stable sort).
+        order = np.lexsort((topo, g))
+        structures = (structure(order[self.a_write[order]]), structure(order))
         # Windows: for each access b and component c, the accesses of c to the same lifetime
         # that come after b's clock[c] and before b (a read only conflicts with writes).
         plans = []  # (structure, b, lo, cnt)
