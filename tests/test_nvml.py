@@ -310,13 +310,15 @@ def test_a_flight_recorder_keeps_only_recent_gpu_counters(ring, tmp_path, monkey
     held = made[0].samples()
     t = load(out)
     if ring == "time":
-        # twice the ring's time plus a second of margin, plus one trim period
-        assert (t_end - held.t_ns.min()) / 1e9 < 0.4 + 1.0 + 0.1 + 0.5
+        # twice the ring's time plus a second of margin, plus one trim period (and slack for a busy machine)
+        assert (t_end - held.t_ns.min()) / 1e9 < 0.4 + 1.0 + 0.1 + 1.0
         assert t.ring.keep_ns == 200_000_000
     else:
         start = t.header["t0_monotonic_ns"] + t.ring.start_ns  # the window the ring kept
         assert t.ring.start_ns > 1e9  # the 4 MiB ring wrapped well after the run began
-        assert held.t_ns.min() >= start - 1_000_000_000 - 200_000_000
+        # from the oldest chunk at the last trim, less a second of margin; the window may have
+        # moved on since (by a trim period and a chunk's worth, and more on a busy machine)
+        assert held.t_ns.min() >= start - 1_000_000_000 - 700_000_000
     # the file holds the readings of its window (and a margin), not of the whole run
     g = t.gpu_samples
     assert len(g) > 0 and (g["t"].max() - g["t"].min()) / 1e9 < run_s - 1.0
