@@ -67,7 +67,7 @@ def recurrence(race: dict, trace, report: RaceReport, graph: int | None = None) 
 
 def occurrences(race: dict, trace, report: RaceReport) -> pd.DataFrame:
     """Every occurrence of `race`'s identity in `report` (of `trace`): one row per racing pair
-    of calls, columns a_call_id, b_call_id, graph, manifested, inverted, margin_us."""
+    of calls, columns a_call_id, b_call_id, graph, manifested, inverted, margin_ns."""
     p = report.pairs
     calls = trace.calls[["call_id", "backend", "kind", "split"]]
     for s in "ab":
@@ -82,7 +82,7 @@ def occurrences(race: dict, trace, report: RaceReport) -> pd.DataFrame:
     graph = p["b_graph"].fillna(p["a_graph"])
     g = p.assign(graph=graph).groupby(["a_call_id", "b_call_id"], sort=False)
     return g.agg(graph=("graph", "first"), manifested=("manifested", "any"),
-                 inverted=("inverted", "any"), margin_us=("margin_us", "min")).reset_index()
+                 inverted=("inverted", "any"), margin_ns=("margin_ns", "min")).reset_index()
 
 
 def _eq(series: pd.Series, value) -> np.ndarray:

@@ -88,13 +88,14 @@ class _Analysis:
                                                categories=CLASSES),
             "manifested": p["manifested"].to_numpy(bool),
             "inverted": p["inverted"].to_numpy(bool),
-            "margin_us": np.where(p["verdict"] == 1, p["margin_ns"] / 1000.0, np.nan),
+            "margin_ns": pd.array(np.where(p["verdict"] == 1, p["margin_ns"], 0), dtype="Int64"),
             "verdict": pd.Categorical.from_codes(p["verdict"].to_numpy(np.int64), categories=VERDICTS),
             "basis": pd.Categorical.from_codes(p["basis"].to_numpy(np.int64), categories=BASES),
             "buffer": self.a_buffer[pa],
             "start": np.maximum(self.a_off[pa], self.a_off[pb]),
             "end": np.minimum(self.a_end[pa], self.a_end[pb]),
         }
+        out["margin_ns"][p["verdict"].to_numpy() != 1] = pd.NA  # only a latent pair has a margin
         for s, acc, o in (("a", pa, p["ord_a"].to_numpy(np.int64)),
                           ("b", pb, p["ord_b"].to_numpy(np.int64))):
             out[f"{s}_call_id"] = self.c_id[o]
