@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -120,10 +119,18 @@ def main() -> int:
           f"({size / memory:.0%} of this machine's {memory / 2**30:.0f} GiB) in {time.perf_counter() - t:.0f} s",
           flush=True)
     t = time.perf_counter()
-    r = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ggml-trace"), "races", big, "--json", *args.races_args],
-                       stdout=subprocess.PIPE, text=True)
+    # `ggml-trace races`, writing its own peak RSS (VmHWM) to a file at the end: getrusage would
+    # count this process's RSS too (ru_maxrss survives the exec that starts the command).
+    peak_file = big + ".peak"
+    cmd = ("import sys; from tracer.cli import main; rc = main(sys.argv[2:]); "
+           "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; "
+           "open(sys.argv[1], 'w').write(hwm.split()[1]); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", cmd, peak_file, "races", big, "--json", *args.races_args],
+                       stdout=subprocess.PIPE, text=True, cwd=ROOT)
     took = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    with open(peak_file) as f:
+        peak = int(f.read()) * 1024
+    os.unlink(peak_file)
     found = [f["count"] for f in json.loads(r.stdout)["races"]] if r.stdout.strip() else None
     print(f"findings: {len(found) if found is not None else 'none'}, counts {found}")
     found = found == [graphs]
