@@ -71,7 +71,7 @@ void commit_record(void * rec, uint8_t type);
 void write_device_exec(uint8_t source, uint8_t flags, uint32_t backend, uint32_t graph, int32_t split, uint64_t obj,
                        uint64_t t_begin, uint64_t t_end, uint64_t arg = 0);
 
-// Interns a string and returns its id (64-bit FNV-1a of the bytes; 0 for null or empty).
+// Interns a string and returns its id (string_id: a word-at-a-time hash of the bytes; 0 for null or empty).
 uint64_t intern(const char * s, size_t len);
 uint64_t intern(const char * s);
 uint64_t string_id(const char * s, size_t len);
