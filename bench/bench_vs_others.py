@@ -149,8 +149,10 @@ def main() -> int:
             slices = sum(1 for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
         print(f"{events:,} events ({os.path.getsize(trace) / 2**20:.0f} MiB trace); exported: {slices:,} "
               f"slices ({os.path.getsize(exported) / 2**20:.0f} MiB of JSON)")
-        ours = min((run(OURS.format(root=ROOT, path=trace, peak=PEAK)) for _ in range(args.repeat)), key=lambda r: r["seconds"])
-        hta = min((run(HTA.format(site=SITE, path=exported, peak=PEAK)) for _ in range(args.repeat)), key=lambda r: r["seconds"])
+        ours = min((run(OURS.format(root=ROOT, path=trace, peak=PEAK)) for _ in range(args.repeat)),
+                   key=lambda r: r["seconds"])
+        hta = min((run(HTA.format(site=SITE, path=exported, peak=PEAK)) for _ in range(args.repeat)),
+                  key=lambda r: r["seconds"])
         ui = perfetto_ui(trace, slices) if args.perfetto else None
     print(f"ggml-trace analysis.load (calls and byte ranges): {ours['seconds']:.2f} s, "
           f"{ours['rows'] / ours['seconds'] / 1e6:.2f} M rows/s, peak RSS {ours['rss'] / 2**20:.0f} MiB")
