@@ -19,11 +19,16 @@ import analysis  # noqa: E402
 from tracegen import synth_trace  # noqa: E402
 
 
-def _load_in_fresh_process(path: str) -> float:
+def _load_in_fresh_process(path: str) -> tuple[float, int]:
+    """(seconds, peak RSS in bytes) of one load in a new interpreter. The peak is its own VmHWM:
+    getrusage would count this process's RSS too (ru_maxrss survives the exec that starts it)."""
     code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import analysis; "
-            "t = time.perf_counter(); analysis.load(sys.argv[2]); print(time.perf_counter() - t)")
+            "t = time.perf_counter(); analysis.load(sys.argv[2]); took = time.perf_counter() - t; "
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
+            "print(took, int(hwm) * 1024)")
     out = subprocess.run([sys.executable, "-c", code, ROOT, path], check=True, capture_output=True, text=True)
-    return float(out.stdout)
+    took, peak = out.stdout.split()
+    return float(took), int(peak)
 
 
 def main() -> None:
@@ -55,8 +60,9 @@ def main() -> None:
     print(f"events: {events:,}")
     print(f"seconds (best of {args.repeat}): {best:.3f}")
     print(f"events/s: {events / best:,.0f} (goal 20,000,000: {events / best / 20e6:.2f} of it)")
-    mid = fresh[len(fresh) // 2]
-    print(f"fresh process, one load (median of {len(fresh)}): {mid:.3f} s, {events / mid:,.0f} events/s "
+    mid, peak = fresh[len(fresh) // 2]
+    print(f"fresh process, one load (median of {len(fresh)}): {mid:.3f} s, peak RSS {peak / 2**20:.0f} MiB, "
+          f"{events / mid:,.0f} events/s "
           f"({events / mid / 20e6:.2f} of the goal)")
     print(f"reproduce: {sys.executable} bench/bench_load.py --events {args.events} "
           f"--threads {args.threads} --repeat {args.repeat}  (from {ROOT})")
