@@ -156,36 +156,41 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: boo
 SAMPLES_TRIM_EVERY_S = 5.0  # how often a flight recorder's GPU counters are cut to its window
 
 
+def _counters_from_ns(path, header: dict, now_ns: int) -> int:
+    """The earliest GPU counter reading (CLOCK_MONOTONIC ns) a trace file keeps at `now_ns`: a flight
+    recorder keeps the recent past and so do its counters (a time ring twice its time, a size ring
+    what its oldest chunk holds, less a second); a plain trace everything from its start."""
+    from analysis.ring import is_ring, oldest_chunk_ns
+
+    t0 = header["t0_monotonic_ns"]
+    if header["ring_keep_ns"]:
+        return max(t0, now_ns - 2 * header["ring_keep_ns"])
+    if is_ring(header):
+        try:
+            oldest = oldest_chunk_ns(path, header)
+        except (OSError, ValueError):
+            oldest = None
+        return max(t0, (oldest or t0) - 1_000_000_000)
+    return t0
+
+
 def _samples_bound(env: dict, output: Path, sampler: NvmlSampler | None):
-    """Under a flight recorder, a function that drops the GPU counter readings older than any
-    ring could still hold (what add_gpu_counters would leave out anyway): a time ring keeps twice
-    its time, a size ring what its oldest chunk holds. None when there is nothing to bound."""
-    if sampler is None:
-        return None
-    seconds = env.get("GGML_TRACE_RING_SECONDS")
-    if seconds:
-        keep_ns = int(2 * float(seconds) * 1e9)
-        return lambda: sampler.forget_before(time.monotonic_ns() - keep_ns - 1_000_000_000)
-    if not env.get("GGML_TRACE_RING_BYTES"):
+    """Under a flight recorder, a function that drops the GPU counter readings no trace file of the
+    run would keep (add_gpu_counters' rule, a second early). None when there is nothing to bound."""
+    if sampler is None or not (env.get("GGML_TRACE_RING_SECONDS") or env.get("GGML_TRACE_RING_BYTES")):
         return None
 
-    def by_oldest_chunk():
-        starts = [_ring_start_ns(path) for path in trace_files(output)]
-        known = [t for t in starts if t is not None]
-        if known and len(known) == len(starts):  # every file's window is known
-            sampler.forget_before(min(known) - 1_000_000_000)
-    return by_oldest_chunk
+    def trim():
+        from analysis.trace_file import TraceFormatError, read_header
 
-
-def _ring_start_ns(path) -> int | None:
-    """When a ring file's oldest chunk was claimed (CLOCK_MONOTONIC ns); None if unknown."""
-    from analysis.ring import oldest_chunk_ns
-    from analysis.trace_file import TraceFormatError, read_header
-
-    try:
-        return oldest_chunk_ns(path, read_header(path))
-    except (OSError, ValueError, TraceFormatError):
-        return None
+        now = time.monotonic_ns() - 1_000_000_000
+        try:
+            bounds = [_counters_from_ns(path, read_header(path), now) for path in trace_files(output)]
+        except (OSError, TraceFormatError):
+            return  # a file still being created: next time
+        if bounds:
+            sampler.forget_before(min(bounds))
+    return trim
 
 
 def _watch(proc, output: Path, asked: list, check: str | None, every: float, taken: list, on_snapshot,
@@ -238,10 +243,9 @@ def _run_check(check: str, pid: int, timeout: float) -> int | None:
 
 def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
     """Appends the GPUs' NVML metadata (META "nvml", "nvml.status") and the counter samples
-    from each file's start to t_end_ns to every trace. A trace it cannot add them to is left
+    each trace keeps (_counters_from_ns) up to t_end_ns to every trace. A trace it cannot add them to is left
     as it was. Returns one line saying what happened."""
     # Imported here: the analysis package pulls in pandas, which the program need not wait for.
-    from analysis.ring import is_ring
     from analysis.trace_file import read_header
 
     from .trace_append import append
@@ -260,12 +264,7 @@ def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
     stored, failed = 0, []
     for path in traces:
         try:
-            header = read_header(path)
-            t0 = header["t0_monotonic_ns"]
-            if header["ring_keep_ns"]:  # a flight recorder keeps the recent past: so do its counters
-                t0 = max(t0, t_end_ns - 2 * header["ring_keep_ns"])
-            elif is_ring(header):  # a size ring: what its oldest chunk holds
-                t0 = max(t0, (_ring_start_ns(path) or t0) - 1_000_000_000)
+            t0 = _counters_from_ns(path, read_header(path), t_end_ns)
             mine = samples.between(t0, t_end_ns) if samples is not None else None
             append(path, meta, mine)
             stored = max(stored, len(mine) if mine is not None else 0)
