@@ -57,14 +57,16 @@ def is_ring(header: dict) -> bool:
 
 def oldest_chunk_ns(path, header: dict) -> int | None:
     """CLOCK_MONOTONIC ns at which the oldest ring chunk of a ring file (live or not) was claimed:
-    nothing older can be in its window. None when the file has no ring chunk yet. Reads only
-    the chunk headers."""
-    size = os.path.getsize(path)
-    n = (size - HEADER_SIZE) // CHUNK_SIZE
-    if n <= 0:
+    nothing older can be in its window. None when the file has no ring chunk yet. Read as
+    settled_blocks reads a live file (pread: the writer may trim it meanwhile), headers kept."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        heads = [_chunk_heads(_read_block(fd, off)) for off in _offsets(fd)]
+    finally:
+        os.close(fd)
+    if not heads:
         return None
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_SIZE, shape=(n * CHUNK_SIZE,))
-    heads = data.reshape(n, CHUNK_SIZE)[:, :RECORD_SIZE].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
+    heads = np.concatenate(heads).view(CHUNK_HEADER_DTYPE)[:, 0]
     ring = heads[(heads["magic"] == CHUNK_MAGIC) & (heads["region"] == CHUNK_RING)]
     if len(ring) == 0:
         return None
