@@ -221,7 +221,7 @@ class _Loader:
     def calls(self) -> pd.DataFrame:
         cols = self.raw.calls
         order = np.argsort(cols["t_begin"], kind="stable")
-        r = {name: cols[name][order] for name in CALL_DTYPE.names}  # in t_begin order
+        r = {name: cols[name][order] for name in CALL_DTYPE.names if name != "type"}  # in t_begin order
         self.c_id = r["call_id"].astype(np.uint64)
         self.c_index = pd.Index(self.c_id)  # one hash table for every lookup by call id
         kind = r["kind"].astype(np.int64)
