@@ -154,6 +154,28 @@ def test_sigkill_keeps_every_completed_event(tmp_path):
     assert n <= (t.copies["kind"] == "buf_get_tensor").sum() <= n + 1
 
 
+def test_a_full_disk_stops_tracing_and_keeps_what_was_written(tmp_path):
+    """The file cannot grow past 3 segments (RLIMIT_FSIZE, SIGXFSZ ignored, as a full disk answers
+    a write with an error): the program runs on untraced, the error is said once, and the trace
+    keeps every event recorded before it."""
+    out = tmp_path / "full.ggmltrace"
+    limit = 4096 + 3 * (4 << 20) + 100_000  # the header, 3 segments, part of a fourth
+    program = [str(built_program("b10531", "sched-loop")), "20000"]
+    launch = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); os.execv(sys.argv[1], sys.argv[1:])")
+    r = ggml_trace("record", "--build", "b10531", "-o", out, "--", sys.executable, "-c", launch, *program, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "computed 20000" in r.stdout
+    assert r.stderr.count("cannot grow") == 1, r.stderr[-3000:]
+    assert "File too large" in r.stderr
+    t = load(out)
+    computes = t.calls[t.calls["kind"] == "sched_graph_compute"]
+    # the three segments' worth, each compute whole (its split, its read-back)
+    assert 1000 < len(computes) < 20000
+    assert abs(len(t.splits) - len(computes)) <= 1
+    assert abs(t.copies["kind"].eq("buf_get_tensor").sum() - len(computes)) <= 1
+
+
 def test_hooks_for_another_ggml_refuse_and_run_untraced(model, tmp_path):
     """b11434's hooks (backend API 3) injected into a b10531 program (API 2)."""
     cmd = simple_cmd("b10531", model)
