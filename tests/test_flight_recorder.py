@@ -40,6 +40,21 @@ def assert_whole_window(raw, threads: int):
     assert all(raw.strings.get(int(s), "").startswith("tensor-") for s in acc["tensor"])
 
 
+def test_a_growing_file_written_at_full_speed_by_several_threads_keeps_every_record(tmp_path):
+    """Not a ring: the plain file, grown by the grow threads side by side while four threads
+    write as fast as they can (faster than it grows, so writers wait for their segments)."""
+    out = tmp_path / "plain.ggmltrace"
+    r = subprocess.run([RING_WRITER, out, "0.25", "4", "0", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    written = int(r.stdout.split()[1])
+    raw = read_trace_file(out)
+    assert raw.closed and raw.ring is None and not raw.damage
+    assert out.stat().st_size > HEADER_SIZE + 3 * (4 << 20)  # past the segments grown ahead
+    assert len(raw.calls) == written
+    assert_whole_window(raw, 4)
+    assert all(n[0] == 0 for n in per_thread_numbers(raw).values())  # from each thread's first call
+
+
 def test_ring_keeps_a_bounded_whole_window_from_several_threads(tmp_path):
     out = tmp_path / "ring.ggmltrace"
     max_bytes = 8 << 20
