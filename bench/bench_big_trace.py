@@ -28,6 +28,7 @@ from analysis.trace_file import (CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CH
                                  SLOTS_PER_CHUNK, ACCESS_DTYPE, chunk_bytes, read_trace_file,
                                  records_before_first_zero)
 from bench_races import build_trace  # noqa: E402
+from peak_rss import PEAK_RSS  # noqa: E402
 
 
 
@@ -123,13 +124,12 @@ def main() -> int:
     # count this process's RSS too (ru_maxrss survives the exec that starts the command).
     peak_file = big + ".peak"
     cmd = ("import sys; from tracer.cli import main; rc = main(sys.argv[2:]); "
-           "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; "
-           "open(sys.argv[1], 'w').write(hwm.split()[1]); sys.exit(rc)")
+           f"open(sys.argv[1], 'w').write(str({PEAK_RSS})); sys.exit(rc)")
     r = subprocess.run([sys.executable, "-c", cmd, peak_file, "races", big, "--json", *args.races_args],
                        stdout=subprocess.PIPE, text=True, cwd=ROOT)
     took = time.perf_counter() - t
     with open(peak_file) as f:
-        peak = int(f.read()) * 1024
+        peak = int(f.read())
     os.unlink(peak_file)
     found = [f["count"] for f in json.loads(r.stdout)["races"]] if r.stdout.strip() else None
     print(f"findings: {len(found) if found is not None else 'none'}, counts {found}")

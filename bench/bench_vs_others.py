@@ -25,9 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 SITE = os.path.join(ROOT, "build", "hta-site")
 
-# The peak RSS of this process alone: VmHWM. Not getrusage's ru_maxrss, which keeps, across the
-# exec that started this interpreter, the RSS of the process that spawned it (this benchmark's).
-PEAK = "[int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM')][0]"
+from peak_rss import PEAK_RSS  # noqa: E402
 
 OURS = """
 import json, sys, time
@@ -149,9 +147,9 @@ def main() -> int:
             slices = sum(1 for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
         print(f"{events:,} events ({os.path.getsize(trace) / 2**20:.0f} MiB trace); exported: {slices:,} "
               f"slices ({os.path.getsize(exported) / 2**20:.0f} MiB of JSON)")
-        ours = min((run(OURS.format(root=ROOT, path=trace, peak=PEAK)) for _ in range(args.repeat)),
+        ours = min((run(OURS.format(root=ROOT, path=trace, peak=PEAK_RSS)) for _ in range(args.repeat)),
                    key=lambda r: r["seconds"])
-        hta = min((run(HTA.format(site=SITE, path=exported, peak=PEAK)) for _ in range(args.repeat)),
+        hta = min((run(HTA.format(site=SITE, path=exported, peak=PEAK_RSS)) for _ in range(args.repeat)),
                   key=lambda r: r["seconds"])
         ui = perfetto_ui(trace, slices) if args.perfetto else None
     print(f"ggml-trace analysis.load (calls and byte ranges): {ours['seconds']:.2f} s, "
