@@ -86,6 +86,7 @@ test: setup
 
 bench: setup
 	$(BUILD_DIR)/hooks-b10531/bench-writer 200000 1
+	BENCH_DIR=$(BUILD_DIR) $(BUILD_DIR)/hooks-b10531/bench-writer 200000 1  # the file on disk, as traces are
 	$(BUILD_DIR)/hooks-b10531/bench-writer 200000 1 ring
 	$(VPY) bench/bench_load.py
 	$(VPY) bench/bench_races.py --events 1000000

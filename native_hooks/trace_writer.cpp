@@ -141,10 +141,16 @@ uint8_t * map_for_writing(off_t off) {
         return nullptr;
     }
     uint8_t * seg = (uint8_t *) p;
-    if (!g_writer.on_tmpfs && madvise(seg, SEGMENT_BYTES, MADV_POPULATE_WRITE) == 0) {
+    if (g_writer.on_tmpfs || madvise(seg, SEGMENT_BYTES, MADV_POPULATE_WRITE) == 0) {
         return seg;
     }
-    for (uint64_t i = 0; i < SEGMENT_BYTES; i += 4096) {  // (older kernels: a fault a page)
+    if (errno != EINVAL) {
+        int err = errno;  // a page that cannot be written (no space, say): fail here, not in a writer
+        munmap(seg, SEGMENT_BYTES);
+        errno = err;
+        return nullptr;
+    }
+    for (uint64_t i = 0; i < SEGMENT_BYTES; i += 4096) {  // kernels before 5.14: a fault a page
         __atomic_store_n(seg + i + 4095, (uint8_t) 0, __ATOMIC_RELAXED);
     }
     return seg;
@@ -206,6 +212,9 @@ bool ensure_segment(uint64_t seg) {
     while (!segment_settled(seg)) {
         if (g_writer.claimed_segments <= seg) {
             uint64_t n = claim_segment();
+            if (n == NO_SEGMENT) {
+                break;
+            }
             lock.unlock();
             grow_claimed(n);
             lock.lock();
@@ -259,8 +268,8 @@ bool wait_for_segment(uint64_t seg) {
     return seg < g_writer.mapped_segments.load(std::memory_order_acquire);
 }
 
-// Entering a segment, ask the grow thread for the ones up to SEGMENTS_AHEAD beyond it: it then
-// grows the file without pause while writers run at full speed, and a burst of up to that many
+// Entering a segment, ask the grow threads for the ones up to SEGMENTS_AHEAD beyond it: they then
+// grow the file without pause while writers run at full speed, and a burst of up to that many
 // segments (8 MiB, ~40,000 events) waits for no growth.
 void request_ahead(uint64_t chunk_index) {
     if (chunk_index % CHUNKS_PER_SEGMENT != 0) {
