@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
@@ -34,7 +33,7 @@ const uint64_t SEGMENT_BYTES      = CHUNKS_PER_SEGMENT * CHUNK_SIZE;
 const uint64_t MAX_SEGMENTS       = 1 << 16;  // 256 GiB of trace
 const uint64_t SEGMENTS_AHEAD     = 2;        // grown before writers need them (request_ahead)
 const uint64_t NO_SEGMENT         = ~0ull;
-const int GROW_THREADS            = 2;        // growing the file side by side (grow_claimed), if 2+ CPUs
+const int GROW_THREADS            = 2;        // growing the file side by side (grow_claimed)
 const uint64_t CLOSED             = 1ull << 62;
 const size_t   STRING_CACHE       = 4096;  // per-thread cache of strings already written
 const uint64_t NO_CHUNK           = ~0ull;
@@ -228,11 +227,14 @@ bool ensure_segment(uint64_t seg) {
 // A grow thread: grows the next wanted segment, side by side with the other grow threads.
 void grow_ahead_main() {
     pthread_setname_np(pthread_self(), "ggml-trace grow");
-    // At the lowest priority: growth runs on CPU time the program leaves idle, and a writer that
-    // has caught up leaves its own while it waits. At the default priority two grow threads on
-    // a 2-core machine took turns on the program's cores: bursts of 1,000 events had a p99 of
-    // 1.7 ms instead of 40-50 us.
-    setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), 19);
+    // SCHED_IDLE: growth runs on CPU time the program leaves idle, and a writer that has caught
+    // up leaves its own while it waits. Not nice 19: the scheduler counts a CPU running only
+    // SCHED_IDLE threads as idle when it places a thread that wakes up, not one running a nice
+    // one, so the program's threads woke up behind other busy threads: on 2 cores a virtual
+    // device's worker started a queued copy 2.3 ms late in 14 of 60 runs (tests/test_force.py).
+    // (At the default priority two grow threads stretched 1,000-event bursts to 1.7 ms.)
+    sched_param idle{};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
     for (;;) {
         uint64_t n;
         {
@@ -558,11 +560,7 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     static std::once_flag atfork_once;
     std::call_once(atfork_once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
     g_writer.open.store(true, std::memory_order_release);
-    // No more grow threads than CPUs: growth runs in the kernel, where a thread is not preempted
-    // at once, and 4 grow threads on 2 CPUs held up 1,000-event bursts for 1.7-2.3 ms (p99).
-    cpu_set_t cpus;
-    int n_cpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    for (int i = 0; i < std::min(GROW_THREADS, std::max(n_cpus, 1)); i++) {
+    for (int i = 0; i < GROW_THREADS; i++) {
         std::thread(grow_ahead_main).detach();  // they end when the writer closes
     }
     maybe_clock_sync();
