@@ -176,6 +176,27 @@ def test_a_full_disk_stops_tracing_and_keeps_what_was_written(tmp_path):
     assert abs(t.copies["kind"].eq("buf_get_tensor").sum() - len(computes)) <= 1
 
 
+def test_the_grow_threads_take_only_idle_cpu_time(tmp_path):
+    """The threads that grow the trace file are SCHED_IDLE: a CPU that runs only them counts as idle
+    when one of the program's threads wakes up (at nice 19 one did not: docs/performance.md)."""
+    out = tmp_path / "idle.ggmltrace"
+    exe = Path(sys.executable).parent / "ggml-trace"
+    proc = subprocess.Popen([str(exe), "record", "-o", str(out), "--", str(built_program("b10531", "sched-loop")),
+                             "0", "forever"], stdout=subprocess.PIPE, text=True)
+    try:
+        next(proc.stdout)  # computing: the trace is open
+        child = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()[0])
+        grow = []
+        for task in Path(f"/proc/{child}/task").iterdir():
+            if (task / "comm").read_text().strip() == "ggml-trace grow":
+                stat = (task / "stat").read_text()
+                grow.append(int(stat[stat.rindex(")") + 2:].split()[38]))  # field 41: the policy
+        assert grow == [5, 5]  # two threads, both SCHED_IDLE
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_hooks_for_another_ggml_refuse_and_run_untraced(model, tmp_path):
     """b11434's hooks (backend API 3) injected into a b10531 program (API 2)."""
     cmd = simple_cmd("b10531", model)
