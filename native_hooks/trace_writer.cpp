@@ -202,28 +202,6 @@ bool segment_settled(uint64_t seg) {
            !g_writer.open.load(std::memory_order_acquire);
 }
 
-// Maps segments up to and including `seg`, growing the file here (not waiting for the grow threads).
-bool ensure_segment(uint64_t seg) {
-    if (seg >= MAX_SEGMENTS) {
-        return false;
-    }
-    std::unique_lock<std::mutex> lock(g_writer.grow_mutex);
-    while (!segment_settled(seg)) {
-        if (g_writer.claimed_segments <= seg) {
-            uint64_t n = claim_segment();
-            if (n == NO_SEGMENT) {
-                break;
-            }
-            lock.unlock();
-            grow_claimed(n);
-            lock.lock();
-        } else {
-            g_writer.grown_cv.wait(lock);
-        }
-    }
-    return seg < g_writer.mapped_segments.load(std::memory_order_acquire);
-}
-
 // A grow thread: grows the next wanted segment, side by side with the other grow threads.
 void grow_ahead_main() {
     pthread_setname_np(pthread_self(), "ggml-trace grow");
@@ -618,7 +596,7 @@ void writer_close() {
 
 bool writer_reserve(uint64_t bytes) {
     uint64_t segs = (bytes + SEGMENT_BYTES - 1) / SEGMENT_BYTES;
-    return segs == 0 || ensure_segment(segs - 1);
+    return segs == 0 || wait_for_segment(segs - 1);
 }
 
 double writer_ns_per_tick() { return g_writer.ns_per_tick; }
