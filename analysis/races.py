@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import (_at, _bits, _codes, _int, _ints, _last_before, _lookup, _objects, _pick_lifetime,
+from .arrays import (_at, _bits, _codes, _int, _ints, _last_before, _lookup, _nullable, _objects, _pick_lifetime,
                      _rank_in_group)
 from .frames import backend_labels
 from .kinds import ENQUEUE_KINDS
@@ -88,14 +88,14 @@ class _Analysis:
                                                categories=CLASSES),
             "manifested": p["manifested"].to_numpy(bool),
             "inverted": p["inverted"].to_numpy(bool),
-            "margin_ns": pd.array(np.where(p["verdict"] == 1, p["margin_ns"], 0), dtype="Int64"),
+            # only a latent pair has a margin
+            "margin_ns": _nullable(p["margin_ns"].to_numpy(np.int64), p["verdict"].to_numpy() != 1),
             "verdict": pd.Categorical.from_codes(p["verdict"].to_numpy(np.int64), categories=VERDICTS),
             "basis": pd.Categorical.from_codes(p["basis"].to_numpy(np.int64), categories=BASES),
             "buffer": self.a_buffer[pa],
             "start": np.maximum(self.a_off[pa], self.a_off[pb]),
             "end": np.minimum(self.a_end[pa], self.a_end[pb]),
         }
-        out["margin_ns"][p["verdict"].to_numpy() != 1] = pd.NA  # only a latent pair has a margin
         for s, acc, o in (("a", pa, p["ord_a"].to_numpy(np.int64)),
                           ("b", pb, p["ord_b"].to_numpy(np.int64))):
             out[f"{s}_call_id"] = self.c_id[o]
