@@ -1,7 +1,8 @@
 // Lock-free, allocation-free trace writer over a MAP_SHARED file mapping.
 //
-// Every thread owns the chunk it writes into; a new chunk costs one atomic add (and, once per
-// segment, a mutex and the segment's zeros written). Records go straight into the page cache,
+// Every thread owns the chunk it writes into; a new chunk costs one atomic add. Background grow
+// threads extend and map the file ahead of the writers (a writer that outruns them waits for its
+// 4 MiB segment). Records go straight into the page cache,
 // so the kernel keeps them when the process dies by SIGKILL, SIGSEGV or abort(): there is
 // nothing to flush.
 #pragma once
@@ -43,7 +44,7 @@ void writer_close();
 bool writer_is_open();
 // Length of a record-clock tick, as calibrated when the file was opened.
 double writer_ns_per_tick();
-// Grows and maps the file ahead of time (the kernel zero-fills pages when a segment is added).
+// Grows and maps the file ahead of time, up to `bytes` of records (waits for the grow threads).
 bool writer_reserve(uint64_t bytes);
 const char * writer_path();
 // Writes a CLOCK record if the last one is older than about 50 ms (cheap to call often).
