@@ -155,24 +155,41 @@ uint8_t * map_for_writing(off_t off) {
     return seg;
 }
 
+// Tracing stops: the file cannot grow (said once), and writers waiting for a segment go on
+// without one. grow_mutex held.
+void growth_failed(int err) {
+    if (!g_writer.grow_failed.exchange(true)) {
+        fprintf(stderr, "ggml-trace: cannot grow %s (%s); tracing stops here\n", g_writer.path, strerror(err));
+    }
+    g_writer.grown_cv.notify_all();
+}
+
 // Claims the next segment to grow (grow_mutex held), or returns NO_SEGMENT when the file must not
-// grow: closed (and maybe trimmed), failed, or full.
+// grow: closed (and maybe trimmed), failed, or full. The file's size takes in the whole segment
+// here, before its zeros are written: claimed in order under the lock, the size only grows, and a
+// reader of the live file never sees it end inside a chunk (pwrite moves it a page at a time).
 uint64_t claim_segment() {
     if (!g_writer.open.load(std::memory_order_acquire) || g_writer.grow_failed.load() ||
         g_writer.claimed_segments >= MAX_SEGMENTS) {
         return NO_SEGMENT;
     }
+    uint64_t n = g_writer.claimed_segments;
+    if (ftruncate(g_writer.fd, (off_t) (HEADER_SIZE + (n + 1) * SEGMENT_BYTES)) != 0) {
+        growth_failed(errno);
+        return NO_SEGMENT;
+    }
     g_writer.growing++;
-    return g_writer.claimed_segments++;
+    g_writer.claimed_segments++;
+    return n;
 }
 
 // Grows the file over segment `n` and maps it (no lock held: threads grow segments side by side),
 // then publishes it. `mapped_segments` counts the segments mapped without a gap below them.
 void grow_claimed(uint64_t n) {
     off_t off = (off_t) (HEADER_SIZE + n * SEGMENT_BYTES);
-    // Zeros written, not a sparse ftruncate: a sparse file would SIGBUS the writer when the disk
-    // fills up. Written rather than fallocated: the kernel then provisions the page cache in bulk,
-    // ~1.4x faster than page by page through the mapping's faults.
+    // Zeros written, not left sparse: a sparse file would SIGBUS the writer when the disk fills
+    // up. Written rather than fallocated: the kernel then provisions the page cache in bulk, ~1.4x
+    // faster than page by page through the mapping's faults.
     int err = write_zeros(g_writer.fd, off, SEGMENT_BYTES);
     uint8_t * p = err == 0 ? map_for_writing(off) : nullptr;
     if (p == nullptr) {
@@ -181,9 +198,7 @@ void grow_claimed(uint64_t n) {
     {
         std::lock_guard<std::mutex> lock(g_writer.grow_mutex);
         if (p == nullptr) {
-            if (!g_writer.grow_failed.exchange(true)) {
-                fprintf(stderr, "ggml-trace: cannot grow %s (%s); tracing stops here\n", g_writer.path, strerror(err));
-            }
+            growth_failed(err);
         } else {
             g_writer.segments[n].store(p, std::memory_order_release);
             uint64_t m = g_writer.mapped_segments.load(std::memory_order_relaxed);

@@ -55,6 +55,26 @@ def test_a_growing_file_written_at_full_speed_by_several_threads_keeps_every_rec
     assert all(n[0] == 0 for n in per_thread_numbers(raw).values())  # from each thread's first call
 
 
+def test_a_growing_file_never_ends_inside_a_chunk(tmp_path):
+    """While the file grows, a reader (a live load, a copy) must not find it ending inside a chunk,
+    which reads as a cut file: its size grows a whole segment at a time, before the segment's zeros
+    are written (writing them moved it a page at a time: 70% of looks here ended inside a chunk)."""
+    out = tmp_path / "sizes.ggmltrace"
+    proc = subprocess.Popen([RING_WRITER, out, "0.5", "2", "0", "0", "1000"], stdout=subprocess.PIPE, text=True)
+    looks, inside = 0, []
+    while proc.poll() is None:
+        try:
+            size = out.stat().st_size
+        except FileNotFoundError:
+            continue
+        looks += 1
+        if size > HEADER_SIZE and (size - HEADER_SIZE) % CHUNK_SIZE:
+            inside.append(size)
+    assert proc.wait() == 0
+    assert looks > 1000 and not inside, f"{len(inside)} of {looks} looks ended inside a chunk"
+    assert out.stat().st_size > HEADER_SIZE + 8 * (4 << 20)  # it grew by several segments meanwhile
+
+
 def test_ring_keeps_a_bounded_whole_window_from_several_threads(tmp_path):
     out = tmp_path / "ring.ggmltrace"
     max_bytes = 8 << 20
