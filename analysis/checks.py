@@ -86,7 +86,7 @@ def check_records(parts: dict[int, Parts], header: dict) -> list[Problem]:
         p.recs, p.slots = p.recs[keep], p.slots[keep]
 
     def u64(p: Parts, f: str) -> np.ndarray:
-        return p.recs[f].astype(np.uint64)
+        return p.recs[f].astype(np.uint64, copy=False)  # read-only: never written into
 
     t0_ns = int(header["t0_monotonic_ns"])
     t0_rt = int(header["t0_realtime_ns"])
@@ -108,11 +108,17 @@ def check_records(parts: dict[int, Parts], header: dict) -> list[Problem]:
     drop(REC_CLOCK, bad, "CLOCK records with ticks or times out of range")
     clock = TickClock.from_trace(header, parts[REC_CLOCK].recs)
 
+    # The run's window in ticks, worked out once (in float64: no overflow), so that each record
+    # time is compared as it is, without a conversion per record.
+    first_tick = float(clock.ticks[0]) + (-BEFORE_NS - float(clock.ns[0])) / clock.edge_slope
+    last_tick = float(clock.ticks[0]) + (SPAN_NS - float(clock.ns[0])) / clock.edge_slope
+    lo_tick = np.uint64(min(max(np.ceil(first_tick), 0.0), I63 - 1024))
+    hi_tick = np.uint64(min(max(np.floor(last_tick), 0.0), I63 - 1024))  # below 2^63 in float64 too
+
     def tick_ok(t: np.ndarray) -> np.ndarray:
-        """Record times (ticks) that fall within the run's window (float64, no overflow)."""
-        t = t.astype(np.uint64)
-        rel = clock.ns[0] + (t.astype(np.float64) - float(clock.ticks[0])) * clock.edge_slope
-        return (t < np.uint64(I63)) & (rel >= -BEFORE_NS) & (rel <= SPAN_NS)
+        """Record times (ticks) that fall within the run's window."""
+        t = t.astype(np.uint64, copy=False)
+        return (t >= lo_tick) & (t <= hi_tick)
 
     # THREAD, BACKEND, BUFFER
     th = parts[REC_THREAD]

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .threads import in_ranges
+
 
 class Columns:
     """Records of one type (64-byte records of a structured dtype from trace_file.py) held as
     columns: eight uint64 words per record, word i being bytes 8i..8i+7. A field is a view of its
-    word (8-byte fields) or one shift of it, made on first use. Read from 64-byte records, every
-    field would read all 64 bytes of every record again (~3x slower for the ten fields an access
-    has); held as columns, the records are transposed once, a cache-sized block at a time.
+    word, strided for the narrower fields (the words are little-endian), made on first use. Read
+    from 64-byte records, every field would read all 64 bytes of every record again (~3x slower
+    for the ten fields an access has); held as columns, the records are transposed once, a
+    cache-sized block at a time.
 
     Indexed like the structured array it stands for: cols["field"] (read-only: copy before writing
     into it), cols[mask or rows] (the selected records), len(cols), cols.dtype."""
@@ -22,7 +25,7 @@ class Columns:
     BLOCK = 8192  # records per transposed block: 512 KiB, within a core's L2
 
     def __init__(self, words: np.ndarray, dtype: np.dtype):
-        assert dtype.itemsize == 64 and words.shape[0] == 8
+        assert dtype.itemsize == 64 and words.shape[0] == 8 and (words.shape[1] < 2 or words.strides[1] == 8)
         self.words, self.dtype = words, dtype
         self._fields: dict[str, np.ndarray] = {}
 
@@ -31,10 +34,14 @@ class Columns:
         """From records as an (n, 8) uint64 array (a file's bytes, say), all or those at `take`."""
         n = len(rows) if take is None else len(take)
         words = np.empty((8, n), np.uint64)
-        for start in range(0, n, cls.BLOCK):  # one numpy call per block, not per record
-            stop = min(start + cls.BLOCK, n)
-            block = rows[start:stop] if take is None else rows[take[start:stop]]
-            words[:, start:stop] = block.T
+
+        def transpose(first: int, last: int) -> None:
+            for start in range(first, last, cls.BLOCK):  # one numpy call per block, not per record
+                stop = min(start + cls.BLOCK, last)
+                block = rows[start:stop] if take is None else rows[take[start:stop]]
+                words[:, start:stop] = block.T
+
+        in_ranges(n, transpose, align=cls.BLOCK)  # ranges of blocks side by side on the cores
         return cls(words, dtype)
 
     @classmethod
@@ -47,19 +54,25 @@ class Columns:
         return self.words.shape[1]
 
     def __getitem__(self, key):
-        if not isinstance(key, str):  # a selection of records
+        if isinstance(key, slice):
             return Columns(self.words[:, key], self.dtype)
+        if not isinstance(key, str):  # a selection of records (a mask or positions)
+            key = np.asarray(key)
+            rows = np.flatnonzero(key) if key.dtype == bool else key
+            # np.take keeps the words C-contiguous, which the fields' views need; words[:, mask]
+            # would not, and is ~10x slower.
+            return Columns(np.take(self.words, rows, axis=1), self.dtype)
         f = self._fields.get(key)
         if f is None:
             dtype, offset = self.dtype.fields[key][:2]
             word, shift = divmod(offset, 8)
             if dtype.shape or shift + dtype.itemsize > 8:
                 raise KeyError(f"{key}: only scalar fields within one word are held as columns")
-            if dtype.itemsize == 8:
-                f = self.words[word].view(dtype)
-            else:
-                unsigned = np.dtype(f"<u{dtype.itemsize}")
-                f = (self.words[word] >> np.uint64(8 * shift)).astype(unsigned).view(dtype)
+            if shift % dtype.itemsize:
+                raise KeyError(f"{key}: a field not aligned to its size is not held as a column")
+            # A strided view of the field's bytes within its word (little-endian): no copy.
+            per_word = 8 // dtype.itemsize
+            f = self.words[word].view(dtype)[shift // dtype.itemsize::per_word]
             f.flags.writeable = False
             self._fields[key] = f
         return f

@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import (_categorical, _frame, _ids, _lookup, _nullable, _pick_lifetime, _rows, _take,
+from .arrays import (_categorical, _frame, _lookup, _nullable, _pick_lifetime, _rows, _take,
                      _with_codes)
 from .kinds import ASYNC_KINDS, COPY_KINDS, EVENT_KINDS, MARK_KINDS, SYNC_KINDS
+from .threads import side_by_side
 from .trace_file import (
     ACC_READ, ACC_WRITE, BUF_FREED, CALL_DTYPE, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
     KIND_IDS, NONE32, RawTrace,
@@ -221,7 +222,9 @@ class _Loader:
     def calls(self) -> pd.DataFrame:
         cols = self.raw.calls
         order = np.argsort(cols["t_begin"], kind="stable")
-        r = {name: cols[name][order] for name in CALL_DTYPE.names if name != "type"}  # in t_begin order
+        fields = [name for name in CALL_DTYPE.names if name != "type"]
+        # In t_begin order, a field a thread.
+        r = dict(zip(fields, side_by_side(*[lambda f=f: cols[f][order] for f in fields])))
         self.c_id = r["call_id"].astype(np.uint64)
         self.c_index = pd.Index(self.c_id)  # one hash table for every lookup by call id
         kind = r["kind"].astype(np.int64)
@@ -235,8 +238,8 @@ class _Loader:
         lut[extra] = len(known) + np.arange(len(extra))
         self.c_kind = lut[kind]
         self.c_thread = r["thread"].astype(np.int64)
-        self.c_t_begin = self.rel(r["t_begin"])
-        self.c_t_end = self.rel(r["t_end"])
+        self.c_t_begin, self.c_t_end = side_by_side(lambda: self.rel(r["t_begin"]),
+                                                    lambda: self.rel(r["t_end"]))
         self.c_backend = self.backend_codes(r["backend"])
         sched = r["sched"].astype(np.int64)
         graph = r["graph"].astype(np.int64)
@@ -263,8 +266,8 @@ class _Loader:
             "arg": self.c_arg,
             "failed": (r["flags"] & CALL_FAILED) != 0,
             # bit1 of a copy or a backend allreduce: the backend declined it (ggml falls back)
-            "declined": ((r["flags"] & CALL_DECLINED) != 0) & np.isin(kind, _ids(["cpy_tensor_async",
-                                                                                "comm_allreduce"])),
+            "declined": ((r["flags"] & CALL_DECLINED) != 0)
+                        & self.kind_table(["cpy_tensor_async", "comm_allreduce"])[self.c_kind],
             **self.nesting(r["flags"]),
         })
 
@@ -323,9 +326,17 @@ class _Loader:
                 out[c] = _nullable(take(getattr(self, "c_" + c), t_fill), miss)
         return out
 
+    def kind_table(self, kinds: list[str]) -> np.ndarray:
+        """Which kind codes (of kind_dtype) are among `kinds`: a table to index with codes; its
+        extra last entry (False) is where code -1 (no call) lands."""
+        table = np.zeros(len(self.kind_dtype.categories) + 1, bool)
+        table[self.kind_dtype.categories.get_indexer(kinds)] = True
+        table[-1] = False  # a kind absent from the categories was given -1
+        return table
+
     def sub(self, calls: pd.DataFrame, kinds: list[str], cols: list[str]):
         """(Rows of `calls` with one of `kinds`, their positions); kind's categories = kinds."""
-        rows = np.flatnonzero(np.isin(self.c_kindnum, _ids(kinds)))
+        rows = np.flatnonzero(self.kind_table(kinds)[self.c_kind])
         # One take of just these columns (calls[cols] would copy them first on pandas 2).
         df = calls.iloc[rows, calls.columns.get_indexer(cols)].reset_index(drop=True)
         if "kind" in df:
@@ -335,34 +346,40 @@ class _Loader:
     # ---------------------------------------------------------------------------------------
     def accesses(self) -> pd.DataFrame:
         a = self.raw.accesses
-        call_id = a["call_id"].astype(np.uint64)
+        call_id = a["call_id"]
         rows = _lookup(self.c_index, call_id)
         self.a_call = rows
-        cc = self.call_columns(rows, ["kind", "backend", "sched", "graph", "split",
-                                      "t_begin", "t_end"], t_fill=I64_MAX)
         # Buffer records are written before the call ends, so match lifetimes at the call's
         # end (accesses without a call: the latest lifetime).
-        lt, buffer, offset = self.resolve(a["buffer"].astype(np.uint64),
-                                          a["offset"].astype(np.uint64),
-                                          cc["t_end"].to_numpy(np.int64, na_value=I64_MAX))
+        t_end = _take(self.c_t_end, rows, I64_MAX)
+
+        def lifetimes():
+            return self.resolve(a["buffer"].astype(np.uint64), a["offset"].astype(np.uint64), t_end)
+
+        # Independent columns, side by side on the cores (each is whole-array numpy work).
+        (lt, buffer, offset), cc, self.a_tensor, node = side_by_side(
+            lifetimes,
+            lambda: self.call_columns(rows, ["kind", "backend", "sched", "graph", "split", "t_begin"]),
+            lambda: self.names(a["tensor"]),
+            lambda: self.names(a["node"]))
         self.a_lt, self.a_buffer, self.a_offset = lt, buffer, offset
+        self.a_kind = cc["kind"].codes
         mode = a["mode"].copy()
         self.a_mode = mode
-        size = a["size"].astype(np.uint64)
-        self.a_tensor = self.names(a["tensor"])
+        size = a["size"]
         op, index = a["op"].astype(np.int64), a["index"].astype(np.int64)
         mlut = np.full(256, -1, np.int8)
         mlut[[ACC_READ, ACC_WRITE]] = [0, 1]
         return _frame({
-            "call_id": call_id,
+            "call_id": call_id.copy(),
             "kind": cc["kind"],
             "mode": _with_codes(mlut[mode], pd.CategoricalDtype(MODES)),
             "buffer": buffer,
             "offset": offset,
-            "size": size,
+            "size": size.copy(),
             "end": offset + size,
             "tensor": self.a_tensor,
-            "node": self.names(a["node"]),
+            "node": node,
             "op": _nullable(op, op == NONE32),
             "index": _nullable(index, index == NONE32),
             "backend": cc["backend"],
@@ -371,7 +388,7 @@ class _Loader:
             "graph": cc["graph"],
             "split": cc["split"],
             "t_begin": cc["t_begin"],
-            "t_end": cc["t_end"],
+            "t_end": _nullable(t_end, rows < 0),
         })
 
     def allocations(self) -> pd.DataFrame:
@@ -403,31 +420,28 @@ class _Loader:
                                                 "duration", "sched", "graph", "split"])
         df["bytes"] = calls["arg"].to_numpy()[rows]
         # Source = the call's first read access, destination = its first write access.
-        # Tables get one extra slot at the end so that call row -1 (no call) lands on it.
+        # pos: a call's row in df; its extra slot at the end is where call row -1 (no call) lands.
         pos = np.full(len(self.c_id) + 1, -1, np.int64)
         pos[rows] = np.arange(len(rows))
-        cand = np.flatnonzero(pos[self.a_call] >= 0)  # accesses of copy calls
-        owner = pos[self.a_call[cand]]
-        mode = self.a_mode[cand]
-        for side, want in (("src", ACC_READ), ("dst", ACC_WRITE)):
-            m = mode == want
-            sel, own = cand[m], owner[m]
-            acc = np.full(len(rows), -1, np.int64)
-            # With repeated indices numpy keeps the last value assigned: assigning in reverse
-            # leaves each copy's first access.
-            acc[own[::-1]] = sel[::-1]
+        cand = np.flatnonzero(self.kind_table(COPY_KINDS)[self.a_kind])  # accesses of copy calls
+        # One slot per copy and side (read: 2 * row, write: 2 * row + 1). With repeated indices
+        # numpy keeps the last value assigned: assigning in reverse leaves each one's first access.
+        slot = pos[self.a_call[cand]] * 2 + (self.a_mode[cand] == ACC_WRITE)
+        first = np.full(2 * len(rows), -1, np.int64)
+        first[slot[::-1]] = cand[::-1]
+        sides = {"src": first[0::2], "dst": first[1::2]}
+        cols = {}
+        for side, acc in sides.items():
             miss = acc < 0
-            df[f"{side}_buffer"] = _nullable(_take(self.a_buffer, acc, 0), miss, "UInt64")
-            df[f"{side}_offset"] = _nullable(_take(self.a_offset, acc, 0), miss, "UInt64")
-            df[f"{side}_tensor"] = _with_codes(_take(self.a_tensor.codes, acc, -1),
-                                               self.a_tensor.dtype)
-            lt = _take(self.a_lt, acc, -1)
-            df[f"{side}_backend"] = _with_codes(_take(self.lt_backend, lt, -1),
-                                                self.backend_dtype)
-        df = df[["call_id", "kind", "thread", "t_begin", "t_end", "duration", "sched", "graph",
-                 "split", "bytes", "src_buffer", "src_offset", "dst_buffer", "dst_offset",
-                 "src_tensor", "dst_tensor", "src_backend", "dst_backend"]]
-        df["async"] = np.isin(self.c_kindnum[rows], _ids(ASYNC_KINDS))
+            cols[f"{side}_buffer"] = _nullable(_take(self.a_buffer, acc, 0), miss, "UInt64")
+            cols[f"{side}_offset"] = _nullable(_take(self.a_offset, acc, 0), miss, "UInt64")
+            cols[f"{side}_tensor"] = _with_codes(_take(self.a_tensor.codes, acc, -1), self.a_tensor.dtype)
+            cols[f"{side}_backend"] = _with_codes(_take(self.lt_backend, _take(self.a_lt, acc, -1), -1),
+                                                  self.backend_dtype)
+        for name in ("src_buffer", "src_offset", "dst_buffer", "dst_offset", "src_tensor",
+                     "dst_tensor", "src_backend", "dst_backend"):
+            df[name] = cols[name]
+        df["async"] = self.kind_table(ASYNC_KINDS)[self.c_kind[rows]]
         return df
 
     def splits(self, calls: pd.DataFrame, copies: pd.DataFrame) -> pd.DataFrame:
@@ -445,7 +459,7 @@ class _Loader:
         df, rows = self.sub(calls, SYNC_KINDS, ["call_id", "kind", "thread", "t_begin", "t_end",
                                                 "duration", "backend", "sched", "graph",
                                                 "split"])
-        is_event = np.isin(self.c_kindnum[rows], _ids(EVENT_KINDS))
+        is_event = self.kind_table(EVENT_KINDS)[self.c_kind[rows]]
         df.insert(7, "event", _nullable(self.c_obj[rows], ~is_event, "UInt64"))
         return df
 
