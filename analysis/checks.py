@@ -153,9 +153,11 @@ def check_records(parts: dict[int, Parts], header: dict) -> list[Problem]:
     for rtype, modes, name in ((REC_ACCESS, (ACC_READ, ACC_WRITE), "ACCESS"), (REC_PLACE, (0,), "PLACE")):
         a = parts[rtype]
         off, size = u64(a, "offset"), u64(a, "size")
-        known = np.zeros(256, bool)
-        known[list(modes)] = True
-        bad = ~known[a.recs["mode"]] | (u64(a, "thread") >= MAX_THREAD)
+        mode = a.recs["mode"]
+        known = mode == modes[0]
+        for m in modes[1:]:
+            known |= mode == m
+        bad = ~known | (a.recs["thread"] >= MAX_THREAD)
         bad |= (size >= np.uint64(I63)) | (off + size < off)
         drop(rtype, bad, f"{name} records with a bad mode, thread or byte range")
 

@@ -35,6 +35,7 @@ from .load import best_device_intervals
 from .race_report import (BASES, CLASSES, EVENTS_TOLERANCE_NS, VERDICTS, RaceReport, _missing_column,
                           findings_frame, format_report, verdict_words)
 from .schema import FINDING_SIDE
+from .threads import side_by_side
 
 # RaceReport, format_report and verdict_words are read from here by the CLI and the views.
 __all__ = ["races", "RaceReport", "format_report", "verdict_words", "MODES", "CHUNK", "MAX_CANDIDATES"]
@@ -342,13 +343,16 @@ class _Analysis:
         if _bits(int(g.max()) + 1) + shift > 62:
             raise OverflowError("trace too large for the race analysis' packed keys")
         base = g << shift
+        key = base | topo  # (lifetime, component, topological position) packed: one sort key
 
         def structure(order):
-            return order, base[order] | seq[order], base[order] | topo[order]
+            base_o = base[order]
+            return order, base_o | seq[order], key[order]
 
         # One sort: the writes in the order of all accesses are the writes sorted (stable sort).
-        order = np.lexsort((topo, g))
-        structures = (structure(order[self.a_write[order]]), structure(order))
+        order = np.argsort(key, kind="stable")
+        structures = tuple(side_by_side(lambda: structure(order[self.a_write[order]]),
+                                        lambda: structure(order)))
         # Windows: for each access b and component c, the accesses of c to the same lifetime
         # that come after b's clock[c] and before b (a read only conflicts with writes).
         plans = []  # (structure, b, lo, cnt)
