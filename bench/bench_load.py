@@ -57,7 +57,11 @@ def main() -> None:
         # A command (ggml-trace races, summary, ...) loads once, in a fresh process: its memory
         # is all new, and page faults cost a share of the load that repeated loads do not pay.
         fresh = sorted(_load_in_fresh_process(path) for _ in range(args.repeat))
-    print(f"events: {events:,}")
+    try:  # the thread pool (analysis/threads.py); a tree from before it has none
+        from analysis.threads import thread_count
+        print(f"events: {events:,}, loader threads: {thread_count()}")
+    except ImportError:
+        print(f"events: {events:,}")
     print(f"seconds (best of {args.repeat}): {best:.3f}")
     print(f"events/s: {events / best:,.0f} (goal 20,000,000: {events / best / 20e6:.2f} of it)")
     mid, peak = fresh[len(fresh) // 2]

@@ -257,7 +257,11 @@ def main() -> None:
             else:
                 assert n == 0, report.findings
             del trace, report
-    print(f"events: {events:,}")
+    try:  # the thread pool (analysis/threads.py); a tree from before it has none
+        from analysis.threads import thread_count
+        print(f"events: {events:,}, loader threads: {thread_count()}")
+    except ImportError:
+        print(f"events: {events:,}")
     print(f"seconds, races(load(path)) (best of {args.repeat}): {best_total:.3f}")
     print(f"seconds, races alone: {best_races:.3f}")
     print(f"events/s: {events / best_total:,.0f} (load + races; goal 10,000,000: "

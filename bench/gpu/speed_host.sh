@@ -3,10 +3,11 @@
 # side with an earlier commit's analysis when BASE names a directory holding its `analysis/`,
 # `bench/`, `native_hooks/` and `tests/tracegen.py` (git archive COMMIT analysis bench native_hooks
 # tests/tracegen.py). From the repository root:
-#   [BASE=DIR] [PYTHON=python3] bench/gpu/speed_host.sh OUT_DIR
+#   [BASE=DIR] [PYTHON=python3] [THREADS="1 2 4 8"] bench/gpu/speed_host.sh OUT_DIR
 # The writer: bench/bench_writer.cpp built here with g++ -O2, a growing file on /dev/shm and on the
 # disk under /tmp, and a full ring. The loader and the race analysis: bench_load.py and
-# bench_races.py of this tree, then BASE's (each generates the same synthetic traces).
+# bench_races.py of this tree, then BASE's (each generates the same synthetic traces); with THREADS,
+# this tree's loader and race analysis again with each of those GGML_TRACE_THREADS.
 set -uo pipefail
 out=${1:?usage: [BASE=DIR] $0 OUT_DIR}
 mkdir -p "$out"
@@ -26,4 +27,9 @@ done
 for tree in "$PWD" ${BASE:+"$BASE"}; do
   echo "== analysis of $tree"
   (cd "$tree" && "${PYTHON:-python3}" bench/bench_load.py --events 3000000 && "${PYTHON:-python3}" bench/bench_races.py --events 1000000)
+done
+for n in ${THREADS:-}; do
+  echo "== analysis of $PWD, GGML_TRACE_THREADS=$n"
+  GGML_TRACE_THREADS=$n "${PYTHON:-python3}" bench/bench_load.py --events 3000000
+  GGML_TRACE_THREADS=$n "${PYTHON:-python3}" bench/bench_races.py --events 1000000
 done
