@@ -451,8 +451,9 @@ def races_on_dask(path, address: str | None = None, records: int = WINDOW_RECORD
     plan = plan_windows(index, records, context)
     cluster = None
     if address is None:
+        # One process a core already: each window's load keeps to its worker's one thread.
         cluster = LocalCluster(n_workers=min(len(plan), os.cpu_count() or 1), threads_per_worker=1,
-                               processes=True, dashboard_address=None)
+                               processes=True, dashboard_address=None, env={"GGML_TRACE_THREADS": "1"})
     with Client(address or cluster) as client:
         shared = client.scatter(index, broadcast=True)
         futures = client.map(analyse_window, [shared] * len(plan), plan, [strict] * len(plan), pure=False)
