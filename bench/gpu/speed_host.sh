@@ -3,7 +3,7 @@
 # side with an earlier commit's analysis when BASE names a directory holding its `analysis/`,
 # `bench/`, `native_hooks/` and `tests/tracegen.py` (git archive COMMIT analysis bench native_hooks
 # tests/tracegen.py). From the repository root:
-#   [BASE=DIR] [PYTHON=python3] [THREADS="1 2 4 8"] bench/gpu/speed_host.sh OUT_DIR
+#   [BASE=DIR] [PYTHON=python3] [THREADS="1 2 4 8"] [SKIP_WRITER=1] bench/gpu/speed_host.sh OUT_DIR
 # The writer: bench/bench_writer.cpp built here with g++ -O2, a growing file on /dev/shm and on the
 # disk under /tmp, and a full ring. The loader and the race analysis: bench_load.py and
 # bench_races.py of this tree, then BASE's (each generates the same synthetic traces); with THREADS,
@@ -15,7 +15,7 @@ exec > >(tee -a "$out/speed.log") 2>&1
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(uname -r)"
 "${PYTHON:-python3}" -c 'import numpy, pandas, sys; print("python", sys.version.split()[0], "numpy", numpy.__version__, "pandas", pandas.__version__)'
 for tree in "$PWD" ${BASE:+"$BASE"}; do
-  [ -d "$tree/native_hooks" ] || continue
+  [ -d "$tree/native_hooks" ] && [ -z "${SKIP_WRITER:-}" ] || continue
   (cd "$tree" && g++ -O2 -std=c++17 -Inative_hooks bench/bench_writer.cpp native_hooks/trace_writer.cpp \
     native_hooks/delay_rules.cpp -lpthread -o /tmp/bench-writer) || exit 1
   for dir in /dev/shm /tmp; do
