@@ -346,8 +346,7 @@ class _Analysis:
         key = base | topo  # (lifetime, component, topological position) packed: one sort key
 
         def structure(order):
-            base_o = base[order]
-            return order, base_o | seq[order], key[order]
+            return order, base[order] | seq[order], key[order]
 
         # One sort: the writes in the order of all accesses are the writes sorted (stable sort).
         order = np.argsort(key, kind="stable")
