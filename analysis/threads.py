@@ -54,10 +54,11 @@ def side_by_side(*jobs: Callable[[], object]) -> list:
 
     The caller takes back every job the pool has not started yet, last first, and runs it
     itself: no thread waits on a job that is only queued, so jobs may call side_by_side too."""
-    n = min(thread_count(), len(jobs))
-    if n <= 1:
+    threads = thread_count()
+    if threads <= 1 or len(jobs) <= 1:
         return [job() for job in jobs]
-    futures = [_get_pool(thread_count() - 1).submit(job) for job in jobs]
+    pool = _get_pool(threads - 1)  # the caller is the last of the threads
+    futures = [pool.submit(job) for job in jobs]
     results: list = [None] * len(jobs)
     errors = []
     for i in reversed(range(len(jobs))):
