@@ -80,3 +80,12 @@ class Columns:
     def records(self) -> np.ndarray:
         """The structured array these columns hold."""
         return np.ascontiguousarray(self.words.T).view(self.dtype).reshape(len(self))
+
+
+def word_of_rows(rows: np.ndarray, dtype: np.dtype, field: str, take: np.ndarray) -> np.ndarray:
+    """One 8-byte field of the records at `take` of (n, 8) uint64 rows, gathered without the
+    rest of each record (a selection that needs one field of millions of records)."""
+    ftype, offset = dtype.fields[field][:2]
+    if ftype.itemsize != 8 or offset % 8:
+        raise KeyError(f"{field}: not a whole 8-byte word of its record")
+    return rows[take, offset // 8].view(ftype)

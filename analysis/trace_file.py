@@ -469,13 +469,8 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
     n = len(body) // RECORD_SIZE  # a record cut by the end of the file is ignored
     recs = body[: n * RECORD_SIZE].view(np.dtype((np.void, RECORD_SIZE)))
     types = body[: n * RECORD_SIZE: RECORD_SIZE].copy() if n else np.zeros(0, np.uint8)
-    raw = RawTrace(path=path, header=header, chunks=np.zeros(0, CHUNK_HEADER_DTYPE),
-                   string_recs=np.zeros(0, STRING_DTYPE), meta=np.zeros(0, META_DTYPE),
-                   threads=np.zeros(0, THREAD_DTYPE), backends=np.zeros(0, BACKEND_DTYPE),
-                   buffers=np.zeros(0, BUFFER_DTYPE), calls=Columns.of_records(np.zeros(0, CALL_DTYPE)),
-                   accesses=Columns.of_records(np.zeros(0, ACCESS_DTYPE)),
-                   places=Columns.of_records(np.zeros(0, ACCESS_DTYPE)),
-                   clocks=np.zeros(0, CLOCK_DTYPE), truncated=len(body) % CHUNK_SIZE != 0)
+    raw = _empty_raw(path, header)
+    raw.truncated = len(body) % CHUNK_SIZE != 0
     shown = display_path(path)
     if raw.truncated:
         raw.warnings.append(f"{shown}: the file ends inside a chunk (at byte {len(data)}): it was "
@@ -502,7 +497,47 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
     else:
         raw.closed = len(raw.chunks) + n_bad >= -(-n // SLOTS_PER_CHUNK)
     types = np.where(valid, types, 0).astype(np.uint8)
+    _group_records(raw, recs.view(np.uint64).reshape(n, 8), types, strict)
+    if header["file_flags"] & FILE_SNAPSHOT:
+        raw.warnings.append(f"{shown}: a snapshot taken while the program ran; what it did "
+                            "afterwards is not in it")
+    elif not raw.closed:
+        raw.warnings.append(f"{shown}: the trace was not closed: the program crashed, was killed "
+                            "or is still running; events after the last recorded one are unknown")
+    if header["file_flags"] & FILE_RING:
+        from .ring import cut_to_window
 
+        raw.ring = cut_to_window(raw)
+        raw.warnings.append(f"{shown}: {raw.ring.describe()}")  # what the views show is a window
+    return raw
+
+
+def records_to_raw(rows: np.ndarray, types: np.ndarray, path: str, header: dict, strict: bool = True) -> RawTrace:
+    """A RawTrace of records already out of their chunks: `rows` (n, 8) uint64, one record a row,
+    each thread's in the order it wrote them; `types` their type bytes, 0 for a row to leave out.
+    The records are checked as a file's are (the chunks' own checks are the caller's: a window of
+    a large trace, analysis/windows.py, had them from its index pass)."""
+    raw = _empty_raw(path, header)
+    if len(rows):
+        _group_records(raw, rows, types, strict)
+    return raw
+
+
+def _empty_raw(path: str, header: dict) -> RawTrace:
+    return RawTrace(path=path, header=header, chunks=np.zeros(0, CHUNK_HEADER_DTYPE),
+                    string_recs=np.zeros(0, STRING_DTYPE), meta=np.zeros(0, META_DTYPE),
+                    threads=np.zeros(0, THREAD_DTYPE), backends=np.zeros(0, BACKEND_DTYPE),
+                    buffers=np.zeros(0, BUFFER_DTYPE), calls=Columns.of_records(np.zeros(0, CALL_DTYPE)),
+                    accesses=Columns.of_records(np.zeros(0, ACCESS_DTYPE)),
+                    places=Columns.of_records(np.zeros(0, ACCESS_DTYPE)),
+                    clocks=np.zeros(0, CLOCK_DTYPE))
+
+
+def _group_records(raw: RawTrace, rows: np.ndarray, types: np.ndarray, strict: bool) -> None:
+    """Group the records (rows, with their type bytes; 0: no record) by type into `raw`, checking
+    them (analysis/checks.py). A row's file offset is HEADER_SIZE + its row number * RECORD_SIZE."""
+    shown = display_path(raw.path)
+    header = raw.header
     unknown = types > MAX_RECORD_TYPE
     if unknown.any():
         where = np.flatnonzero(unknown)
@@ -521,9 +556,9 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
     slots = {}
     for rtype, dtype in RECORD_DTYPES.items():  # one pass per record type, not per record
         slots[rtype] = np.flatnonzero(types == rtype)
-    rows = recs.view(np.uint64).reshape(n, 8)
     checked = {rtype: Parts(Columns.of_rows(rows, RECORD_DTYPES[rtype], idx) if rtype in COLUMNAR
-                            else recs[idx].view(RECORD_DTYPES[rtype]), idx) for rtype, idx in slots.items()}
+                            else rows[idx].view(RECORD_DTYPES[rtype])[:, 0], idx)
+               for rtype, idx in slots.items()}
     for msg in check_header(header, shown, strict, checked):
         raw.warnings.append(msg)
         raw.damage.append(msg)
@@ -536,12 +571,6 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
         for p in problems:
             raw.warnings.append(f"{shown}: {p} dropped")
             raw.damage.append(raw.warnings[-1])
-    if header["file_flags"] & FILE_SNAPSHOT:
-        raw.warnings.append(f"{shown}: a snapshot taken while the program ran; what it did "
-                            "afterwards is not in it")
-    elif not raw.closed:
-        raw.warnings.append(f"{shown}: the trace was not closed: the program crashed, was killed "
-                            "or is still running; events after the last recorded one are unknown")
     parts = {rtype: p.recs for rtype, p in checked.items()}
     raw.string_recs = parts[REC_STRING]
     raw.meta = parts[REC_META]
@@ -556,9 +585,3 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
     raw.samples = parts[REC_SAMPLE]
     raw.nest = parts[REC_NEST]
     raw.strings = _assemble_strings(raw.string_recs)
-    if header["file_flags"] & FILE_RING:
-        from .ring import cut_to_window
-
-        raw.ring = cut_to_window(raw)
-        raw.warnings.append(f"{shown}: {raw.ring.describe()}")  # what the views show is a window
-    return raw

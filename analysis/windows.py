@@ -30,20 +30,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .arrays import _lookup
+from .columns import Columns, word_of_rows
 from .race_report import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame
 from .races import races
 from .trace_file import (CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,
                          FILE_RING, MAX_RECORD_TYPE, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS, NONE32,
                          RECORD_SIZE, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL, REC_CLOCK, REC_GPU, REC_META,
                          REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, ACCESS_DTYPE, NEST_DTYPE,
-                         SLOTS_PER_CHUNK, TickClock, TraceFormatError, _parse_header, chunk_bytes, display_path,
-                         parse_trace_bytes, records_before_first_zero)
+                         SLOTS_PER_CHUNK, TickClock, TraceFormatError, _parse_header, display_path,
+                         records_before_first_zero, records_to_raw)
 
 WINDOW_RECORDS = 4_000_000       # records a window aims at (a few GB of analysis at most)
 CONTEXT_GRAPHS = 2               # graphs before a window read with it, to order what follows
 TAIL_NS = 1_000_000_000          # device-side records are written up to this long after their call
 BLOCK_CHUNKS = 1024              # the index pass reads 64 MiB at a time
 GLOBAL_TYPES = [REC_STRING, REC_META, REC_THREAD, REC_BACKEND, REC_BUFFER, REC_CLOCK, REC_SAMPLE]
+WINDOW_TYPES = [REC_CALL, REC_ACCESS, REC_PLACE, REC_NEST, REC_GPU]  # read from a window's chunks
 DEVICE_EXEC = KIND_IDS["device_exec"]
 U64_MAX = np.iinfo(np.uint64).max
 
@@ -150,9 +153,10 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
                               "graph", "graph_t")}
     operations = accesses = 0
     t_start = time.monotonic()
+    block = np.empty(min(BLOCK_CHUNKS, n_chunks) * CHUNK_SIZE, np.uint8)  # one buffer, read into again
     for first in range(0, n_chunks, BLOCK_CHUNKS):
         nc = min(BLOCK_CHUNKS, n_chunks - first)
-        blk = _pread_chunks(fd, first, nc, body_size, shown)
+        blk = _pread_chunks(fd, first, nc, body_size, shown, out=block[:nc * CHUNK_SIZE])
         heads = blk[:, 0, :].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
         used = heads["magic"] == CHUNK_MAGIC
         types = blk[:, 1:, 0]
@@ -223,22 +227,27 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
                       body_size % CHUNK_SIZE != 0, unused == 0, damage, clock, header_page)
 
 
-def _pread_chunks(fd: int, first: int, n: int, body_size: int, shown: str) -> np.ndarray:
-    """Chunks `first` .. first + n - 1 of the body as (n, SLOTS_PER_CHUNK, RECORD_SIZE) bytes. A last
-    chunk cut by the end of the file keeps its whole records and reads as zeros after them, as
-    read_trace_file reads a cut file (a zero type byte ends a chunk)."""
+def _pread_chunks(fd: int, first: int, n: int, body_size: int, shown: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Chunks `first` .. first + n - 1 of the body, read into `out` (a new array if None) and
+    returned as (n, SLOTS_PER_CHUNK, RECORD_SIZE) bytes. A last chunk cut by the end of the file
+    keeps its whole records and reads as zeros after them, as read_trace_file reads a cut file (a
+    zero type byte ends a chunk)."""
     want = n * CHUNK_SIZE
     expect = min(want, body_size - first * CHUNK_SIZE)
-    buf = os.pread(fd, want, HEADER_SIZE + first * CHUNK_SIZE)
-    if len(buf) < expect:
+    if out is None:
+        out = np.empty(want, np.uint8)
+    buf = out.reshape(-1).view(np.uint8)
+    got, offset = 0, HEADER_SIZE + first * CHUNK_SIZE
+    while got < want:  # straight into place; one read may return less than asked (2 GiB at most)
+        k = os.preadv(fd, [buf[got:]], offset + got)
+        if k == 0:
+            break
+        got += k
+    if got < expect:
         raise TraceFormatError(f"{shown}: the file shrank while it was read")
-    if len(buf) == want:
-        out = np.frombuffer(buf, np.uint8)
-    else:
-        whole = len(buf) - len(buf) % RECORD_SIZE  # a record cut by the end of the file is left out
-        out = np.zeros(want, np.uint8)
-        out[:whole] = np.frombuffer(buf, np.uint8, count=whole)
-    return out.reshape(n, SLOTS_PER_CHUNK, RECORD_SIZE)
+    whole = got - got % RECORD_SIZE  # a record cut by the end of the file is left out
+    buf[whole:] = 0
+    return buf.reshape(n, SLOTS_PER_CHUNK, RECORD_SIZE)
 
 
 def _span(clock, ticks, gpu_ns, t0, pick, none):
@@ -303,51 +312,59 @@ def read_window(index: TraceIndex, w: Window, strict: bool = True, tail_ns: int 
     # (chunks as far as TAIL_NS on whatever tail_ns: device-side records of the window's calls
     # are written after them, and are kept by their call, not by their time)
     sel = (index.hi_ns >= w.context_ns) & (index.lo_ns < w.end_ns + TAIL_NS)
-    recs = _read_chunks(index, index.positions[sel])
-    types = recs[:, 0]
-    calls = recs[types == REC_CALL].copy().view(CALL_DTYPE)[:, 0]
+    rows, types = _read_chunks(index, index.positions[sel])
+    # What does not belong to the window is left out by its type byte (0), not copied out. The
+    # global records come once, from the index (first in `rows`), not again from the chunks.
+    chunk_types = types[len(index.globals):]
+    chunk_types *= np.isin(chunk_types, WINDOW_TYPES)
+    at = np.flatnonzero(types == REC_CALL)
+    calls = Columns.of_rows(rows, CALL_DTYPE, at)
     begin = index.clock.to_ns(calls["t_begin"].astype(np.int64))
     host = calls["kind"] != DEVICE_EXEC
     in_window = host & (begin >= w.context_ns) & (begin < w.end_ns)
-    ids = calls["call_id"][in_window].astype(np.uint64)
-    keep_call = in_window | (~host & np.isin(calls["obj"].astype(np.uint64), ids))
-    keep = np.zeros(len(recs), bool)
-    keep[np.flatnonzero(types == REC_CALL)[keep_call]] = True
+    ids = pd.Index(calls["call_id"][in_window])
+    # device-side records go with the call that enqueued the work
+    types[at[~(in_window | (~host & (_lookup(ids, calls["obj"]) >= 0)))]] = 0
     for rtype, dtype in ((REC_ACCESS, ACCESS_DTYPE), (REC_PLACE, ACCESS_DTYPE), (REC_NEST, NEST_DTYPE)):
         at = np.flatnonzero(types == rtype)
-        keep[at] = np.isin(recs[at].copy().view(dtype)[:, 0]["call_id"].astype(np.uint64), ids)
+        types[at[_lookup(ids, word_of_rows(rows, dtype, "call_id", at)) < 0]] = 0
     at = np.flatnonzero(types == REC_GPU)
-    gpu = recs[at].copy().view(GPU_DTYPE)[:, 0]
+    gpu = rows[at].view(GPU_DTYPE)[:, 0]
     t0 = index.header["t0_monotonic_ns"]
     gb = gpu["t_begin_ns"].astype(np.int64) - t0
     untimed = (gpu["kind"] == GPU_CORRELATION) | (gpu["kind"] == GPU_API)
-    keep[at] = untimed | ((gb >= w.context_ns) & (gb < w.end_ns + tail_ns))
-    chosen = np.concatenate([index.globals, recs[keep]])
-    data = np.concatenate([index.header_page, chunk_bytes(chosen)])  # a trace file's bytes, in memory
-    return parse_trace_bytes(data, index.path, index.header, strict)
+    types[at[~(untimed | ((gb >= w.context_ns) & (gb < w.end_ns + tail_ns)))]] = 0
+    return records_to_raw(rows, types, index.path, index.header, strict)
 
 
-def _read_chunks(index: TraceIndex, positions: np.ndarray) -> np.ndarray:
-    """The records (n, 64) of the chunks at `positions` (ascending), in file order (each chunk
-    up to its first zero). Runs of adjacent chunks are read at once."""
-    if len(positions) == 0:
-        return np.zeros((0, RECORD_SIZE), np.uint8)
-    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
-    starts = np.r_[positions[0], positions[breaks]]
-    counts = np.diff(np.r_[0, breaks, len(positions)])
-    out = np.empty((len(positions), SLOTS_PER_CHUNK, RECORD_SIZE), np.uint8)
-    body_size = index.size - HEADER_SIZE
-    fd = os.open(index.path, os.O_RDONLY)
-    try:
-        at = 0
-        for start, n in zip(starts.tolist(), counts.tolist()):
-            out[at:at + n] = _pread_chunks(fd, start, n, body_size, display_path(index.path))
-            at += n
-    finally:
-        os.close(fd)
-    chunks = out[:, 1:, :]
-    valid = records_before_first_zero(chunks[:, :, 0])
-    return chunks[valid]
+def _read_chunks(index: TraceIndex, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, types): the index's global records, then every record slot of the chunks at
+    `positions` (ascending), as (n, 8) uint64 rows read straight into place; the type byte of each
+    row, 0 for a chunk's header and whatever follows its first zero. Runs of adjacent chunks are
+    read at once."""
+    g = len(index.globals)
+    n_slots = len(positions) * SLOTS_PER_CHUNK
+    rows = np.empty((g + n_slots, RECORD_SIZE // 8), np.uint64)
+    rows[:g] = index.globals.view(np.uint64)
+    if len(positions):
+        breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+        starts = np.r_[positions[0], positions[breaks]]
+        counts = np.diff(np.r_[0, breaks, len(positions)])
+        chunks = rows[g:].reshape(len(positions), SLOTS_PER_CHUNK, RECORD_SIZE // 8)
+        body_size = index.size - HEADER_SIZE
+        fd = os.open(index.path, os.O_RDONLY)
+        try:
+            at = 0
+            for start, n in zip(starts.tolist(), counts.tolist()):
+                _pread_chunks(fd, start, n, body_size, display_path(index.path), out=chunks[at:at + n])
+                at += n
+        finally:
+            os.close(fd)
+    types = rows.view(np.uint8)[:, 0].copy()
+    slot_types = types[g:].reshape(len(positions), SLOTS_PER_CHUNK)
+    slot_types[:, 1:] *= records_before_first_zero(slot_types[:, 1:])
+    slot_types[:, 0] = 0  # the chunk headers
+    return rows, types
 
 
 def iter_windows(path, records: int = WINDOW_RECORDS, context: int = 0, strict: bool = True):

@@ -658,3 +658,19 @@ def test_cupti_activity_without_correlation_records_goes_to_the_enclosing_call(t
     assert g["call_id"].iloc[0] == a and g["call_id"].iloc[1] == w
     assert pd.isna(g["call_id"].iloc[2])  # 650 us: no traced call was running
     assert list(g["backend"].iloc[:2]) == ["VDEV0", "CPU"]
+
+
+@pytest.mark.parametrize("sorted_pos, groups", [(True, 9), (False, 9), (True, 1 << 17)])
+def test_the_sort_of_accesses_is_the_stable_sort_of_their_packed_keys(sorted_pos, groups):
+    """The analysis sorts accesses by (group, position) with two cheaper sorts where it can;
+    the order must be the packed key's stable sort, ties (one call's accesses) included."""
+    from analysis.races import _sort_order
+
+    rng = np.random.default_rng(7)
+    n = 200_000
+    pos = np.sort(rng.integers(0, n // 4, n)) if sorted_pos else rng.integers(0, n // 4, n)
+    group = rng.integers(0, groups, n)
+    key = (group << 20) | pos
+    got = _sort_order(group, pos, key)
+    assert np.array_equal(got, np.argsort(key, kind="stable"))
+    assert len(np.unique(key)) < n  # with ties to keep in order
