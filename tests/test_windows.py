@@ -199,3 +199,34 @@ def test_a_trace_too_large_to_load_is_windowed_or_refused_with_advice(tmp_path):
     assert json.loads(r.stdout)["races"] == races(load(path)).to_json()["races"]
     r = ggml_trace("races", path, "--no-windows", env=env)  # whole, as asked
     assert r.returncode == 1 and "graph windows" not in r.stderr
+
+
+def test_the_commands_window_is_the_analysis_default(capsys):
+    from analysis.windows import WINDOW_RECORDS
+    from tracer.cli import main as cli
+
+    with pytest.raises(SystemExit):
+        cli(["races", "--help"])
+    assert f"(default: {WINDOW_RECORDS})" in " ".join(capsys.readouterr().out.split())
+
+
+def test_reading_ahead_gives_the_windows_in_order_whatever_the_threads(synthetic, monkeypatch):
+    """The next window is read in a thread of its own (analysis/windows.py, read_ahead); with one
+    thread it is read in turn. The windows and what they hold must not depend on it."""
+    from analysis import windows
+
+    path, _ = synthetic
+    index = index_trace(path)
+    plan = plan_windows(index, records=50_000)
+    assert len(plan) > 2
+
+    def read_all():
+        return [(w.number, len(raw.calls), len(raw.accesses), int(raw.calls["call_id"].sum()))
+                for w, raw in windows.read_ahead(index, plan)]
+
+    ahead = read_all()
+    monkeypatch.setenv("GGML_TRACE_THREADS", "1")
+    assert read_all() == ahead
+    one_by_one = [windows.read_window(index, w) for w in plan]
+    assert ahead == [(w.number, len(r.calls), len(r.accesses), int(r.calls["call_id"].sum()))
+                     for w, r in zip(plan, one_by_one)]

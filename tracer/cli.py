@@ -375,7 +375,8 @@ def main(argv=None) -> int:
                    help="analyse in graph windows, in bounded memory (the default for a trace larger than an "
                         "eighth of this machine's memory; docs/races.md)")
     p.add_argument("--no-windows", action="store_true", help="analyse the whole trace at once, whatever its size")
-    p.add_argument("--window-records", type=int, default=4_000_000, metavar="N",
+    # analysis.windows.WINDOW_RECORDS (not imported here: the CLI starts without pandas)
+    p.add_argument("--window-records", type=int, default=2_000_000, metavar="N",
                    help="records a window aims at (default: %(default)s)")
     p.add_argument("--context-graphs", type=int, default=2, metavar="K",
                    help="graphs read before each window to order its operations (default: %(default)s)")
