@@ -7,6 +7,10 @@ runs on it as a user would (it picks graph windows by itself for a file this siz
 prints its time, its peak memory (RSS) and whether it found the race in every graph.
 
     .venv/bin/python bench/bench_big_trace.py [--events 200000000] [--dir /tmp] [--keep]
+
+--trace FILE analyses a trace made before (--keep) instead; --tree DIR runs the `ggml-trace races`
+of another checkout (an earlier commit's, for a side-by-side figure). Arguments after -- go to
+`ggml-trace races` (--windows: windows whatever the file's size, on a host with memory to spare).
 """
 from __future__ import annotations
 
@@ -107,18 +111,28 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=200_000_000)
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--keep", action="store_true", help="keep the generated trace")
+    ap.add_argument("--trace", help="analyse this trace (generated before with --keep) instead")
+    ap.add_argument("--tree", default=ROOT, help="the checkout whose `ggml-trace races` runs (default: this)")
     ap.add_argument("races_args", nargs="*", help="more arguments for `ggml-trace races` (after --)")
     args = ap.parse_args()
-    template = os.path.join(args.dir, "big-template.ggmltrace")
-    big = os.path.join(args.dir, "big.ggmltrace")
-    t = time.perf_counter()
-    build_trace(template, 1_000_000, 40, True)
-    events, graphs = tile(template, big, args.events)
-    size = os.path.getsize(big)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    print(f"generated {events:,} events, {graphs:,} graphs, {size / 2**30:.1f} GiB "
-          f"({size / memory:.0%} of this machine's {memory / 2**30:.0f} GiB) in {time.perf_counter() - t:.0f} s",
-          flush=True)
+    if args.trace:
+        from analysis.windows import index_trace
+
+        big, template = args.trace, None
+        index = index_trace(big)
+        events, graphs = int(index.n_records.sum()), len(index.graph_ids)  # (records: calls, accesses and the few others)
+        print(f"{big}: {events:,} records, {graphs:,} graphs, {os.path.getsize(big) / 2**30:.1f} GiB", flush=True)
+    else:
+        template = os.path.join(args.dir, "big-template.ggmltrace")
+        big = os.path.join(args.dir, "big.ggmltrace")
+        t = time.perf_counter()
+        build_trace(template, 1_000_000, 40, True)
+        events, graphs = tile(template, big, args.events)
+        size = os.path.getsize(big)
+        print(f"generated {events:,} events, {graphs:,} graphs, {size / 2**30:.1f} GiB "
+              f"({size / memory:.0%} of this machine's {memory / 2**30:.0f} GiB) in {time.perf_counter() - t:.0f} s",
+              flush=True)
     t = time.perf_counter()
     # `ggml-trace races`, writing its own peak RSS (VmHWM) to a file at the end: getrusage would
     # count this process's RSS too (ru_maxrss survives the exec that starts the command).
@@ -126,7 +140,7 @@ def main() -> int:
     cmd = ("import sys; from tracer.cli import main; rc = main(sys.argv[2:]); "
            f"open(sys.argv[1], 'w').write(str({PEAK_RSS})); sys.exit(rc)")
     r = subprocess.run([sys.executable, "-c", cmd, peak_file, "races", big, "--json", *args.races_args],
-                       stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                       stdout=subprocess.PIPE, text=True, cwd=args.tree)
     took = time.perf_counter() - t
     with open(peak_file) as f:
         peak = int(f.read())
@@ -136,10 +150,11 @@ def main() -> int:
     found = found == [graphs]
     print(f"races: exit {r.returncode} in {took:.0f} s ({events / took / 1e6:.2f} M events/s), "
           f"peak RSS {peak / 2**30:.2f} GiB (goal < 4 GiB: {'met' if peak < 4 * 2**30 else 'NOT met'}); "
-          f"the race seen in all {graphs:,} graphs: {'yes' if found else 'no'}")
-    if not args.keep:
-        os.unlink(big)
-    os.unlink(template)
+          f"the race seen in all {graphs:,} graphs: {'yes' if found else 'no'} ({args.tree})")
+    if template:
+        if not args.keep:
+            os.unlink(big)
+        os.unlink(template)
     return 0
 
 
