@@ -6,7 +6,8 @@ time span of each chunk's records, when each scheduler graph began, and how many
 are. The graphs are then cut into windows of about WINDOW_RECORDS records. A window is read from
 the chunks whose span meets it, with the CONTEXT_GRAPHS graphs before it: the context orders
 what the window's operations follow, and a race whose later operation lies in the context is
-left to the window before (races(own_from_ns=...)). Memory holds the index and one window.
+left to the window before (races(own_from_ns=...)). Memory holds the index and a window or two
+(the next one is read while the caller works on one).
 
 What a window cannot see: a race between two operations more than CONTEXT_GRAPHS graphs apart.
 In ggml that would be work left unsynchronised across whole graph computes; the in-memory
@@ -398,8 +399,9 @@ def iter_windows(path, records: int = WINDOW_RECORDS, context: int = 0, strict: 
     from .load import load_raw
 
     index = index_trace(path, strict=strict)
-    for w in plan_windows(index, records, context):
-        yield w, load_raw(read_window(index, w, strict, tail_ns=0 if context == 0 else TAIL_NS))
+    for w, raw in read_ahead(index, plan_windows(index, records, context), strict,
+                             tail_ns=0 if context == 0 else TAIL_NS):
+        yield w, load_raw(raw)
 
 
 def summarize_in_windows(path, records: int = WINDOW_RECORDS, strict: bool = True, progress=None) -> tuple[dict, dict]:
@@ -411,8 +413,8 @@ def summarize_in_windows(path, records: int = WINDOW_RECORDS, strict: bool = Tru
     total, warnings, damage, t_start = None, list(index.damage), list(index.damage), time.monotonic()
     from .load import load_raw
 
-    for w in plan:
-        trace = load_raw(read_window(index, w, strict, tail_ns=0))
+    for w, raw in read_ahead(index, plan, strict, tail_ns=0):
+        trace = load_raw(raw)
         part = trace.summary()
         warnings += trace.warnings
         damage += trace.damage
@@ -581,8 +583,8 @@ def export_parquet_windows(path, directory, records: int = WINDOW_RECORDS, stric
     plan = plan_windows(index, records, context=0)
     width = len(str(max(len(index.graph_ids), 1)))
     rows, t_start, meta = {}, time.monotonic(), None
-    for w in plan:
-        trace = load_raw(read_window(index, w, strict, tail_ns=0))
+    for w, raw in read_ahead(index, plan, strict, tail_ns=0):
+        trace = load_raw(raw)
         part = f"graphs={w.first_graph:0{width}d}-{max(w.end_graph - 1, w.first_graph):0{width}d}"
         for name in FRAMES:
             df = getattr(trace, name, None)
