@@ -17,6 +17,10 @@ HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h) CMakeLists.txt
 # b10531's ggml with the meta backend's allreduce fix (docs/tensor-parallel.md): ggml only, ~1.5 min
 # of CPU cold, ~15 s with ccache warm
 PATCHED      := $(BUILD_DIR)/llama-b10531-tpfix/bin/libggml-trace-hooks.so
+# b11434's ggml with our fix of the pipeline-parallel race (docs/pipeline-parallel.md), and with the
+# blunt alternative it is measured against (every queue drained before every split)
+PP_PATCHED   := $(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so \
+                $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so
 # Vulkan builds (run on Mesa's lavapipe here), before and after the fix of llama.cpp #23321
 VULKAN_BUILDS := 10524 10531
 VK_HEADERS    := $(BUILD_DIR)/vulkan-headers/.done
@@ -26,7 +30,7 @@ QWEN_MODEL    := $(BUILD_DIR)/models/tiny-qwen35.gguf
 .PHONY: setup vulkan demo test bench clean
 # The stamps of fetched and built trees are never deleted as intermediates (that would rebuild all).
 .SECONDARY:
-setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(MODEL) $(BUILD_DIR)/.chromium vulkan
+setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(PP_PATCHED) $(MODEL) $(BUILD_DIR)/.chromium vulkan
 
 # glslc, spirv-headers, the Vulkan loader and lavapipe (Debian packages), and Vulkan headers
 # new enough for ggml-vulkan (Debian 13's, unpacked under build/vulkan-headers).
@@ -68,6 +72,12 @@ $(BUILD_DIR)/llama-b%/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%/.built $
 
 $(PATCHED): $(BUILD_DIR)/llama-b10531/.built patches/meta-allreduce-scratch.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
 	scripts/build_patched.sh b10531 patches/meta-allreduce-scratch.patch tpfix
+
+$(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/pipeline-host-reads.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
+	scripts/build_patched.sh b11434 patches/pipeline-host-reads.patch ppfix
+
+$(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/sync-every-split.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
+	scripts/build_patched.sh b11434 patches/sync-every-split.patch ppsync
 
 # Headless Chromium for the browser tests of the timeline and report pages (Debian's package).
 $(BUILD_DIR)/.chromium:

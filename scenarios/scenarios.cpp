@@ -161,21 +161,36 @@ ggml_tensor * pipeline(Scenario & s, std::mt19937 & rng) {
     return s.on(s.cpu, ggml_scale(s.ctx, l2, 0.25f), "out");
 }
 
+// Pipeline parallelism across graphs, as llama.cpp's ubatches: parallel=true, and no synchronization
+// between iterations, whose results are read asynchronously. Each iteration starts with a CPU split that
+// writes e (llama.cpp's token embeddings, looked up on the CPU), which VDEV0 copies asynchronously from
+// host memory; the next iteration's CPU split writes e again. Unless something orders that write after
+// VDEV0's queued copy, VDEV0 reads the next iteration's e.
+//   x ─▶ [CPU] e = 2x ─▶ [VDEV0] l0 = e + 1 ─▶ [VDEV1] out = l0 · l0       (x 8 iterations)
+ggml_tensor * pipeline_input_reuse(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * e = s.on(s.cpu, ggml_scale(s.ctx, x, 2.0f), "e");
+    ggml_tensor * l0 = s.on(s.dev(0), ggml_scale_bias(s.ctx, e, 1.0f, 1.0f), "l0");
+    return s.on(s.dev(1), ggml_mul(s.ctx, l0, l0), "out");
+}
+
 typedef ggml_tensor * (*Builder)(Scenario &, std::mt19937 &);
 
 struct Entry {
     const char * name;
     Builder build;
     int devices;
+    bool pipelined;  // parallel=true, iterations not synchronized: results read asynchronously
 };
 
 const Entry SCENARIOS[] = {
-    {"inputless-reuse", inputless_reuse, 1},
-    {"cpu-async-cpu", cpu_async_cpu, 1},
-    {"y-graph", y_graph, 2},
-    {"x-graph", x_graph, 2},
-    {"random-dag", random_dag, 3},
-    {"pipeline", pipeline, 3},
+    {"inputless-reuse", inputless_reuse, 1, false},
+    {"cpu-async-cpu", cpu_async_cpu, 1, false},
+    {"y-graph", y_graph, 2, false},
+    {"x-graph", x_graph, 2, false},
+    {"random-dag", random_dag, 3, false},
+    {"pipeline", pipeline, 3, false},
+    {"pipeline-input-reuse", pipeline_input_reuse, 2, true},
 };
 
 uint64_t fnv(const void * p, size_t n) {
@@ -342,7 +357,7 @@ int main(int argc, char ** argv) {
         }
     }
     s.backends.push_back(s.cpu);
-    const bool parallel = strcmp(entry->name, "pipeline") == 0;
+    const bool parallel = strcmp(entry->name, "pipeline") == 0 || entry->pipelined;
     const int iterations = parallel ? 8 : 1;
     // On a real device the CPU's buffers are the device's pinned host memory, as llama.cpp makes
     // them when it offloads: then copies into the device read them asynchronously (the #23321 path).
@@ -352,20 +367,38 @@ int main(int argc, char ** argv) {
     ggml_backend_buffer_type_t host = first ? ggml_backend_dev_host_buffer_type(first) : nullptr;
     if (strcmp(backend_kind, "vulkan") == 0 && host) bufts.back() = host;
     s.sched = ggml_backend_sched_new(s.backends.data(), bufts.data(), (int) s.backends.size(), 2048, parallel, false);
-    ggml_init_params params = {ggml_tensor_overhead() * 256 + ggml_graph_overhead(), nullptr, true};
-    s.ctx = ggml_init(params);
-    std::mt19937 rng(seed);
-    ggml_tensor * out = entry->build(s, rng);
-    ggml_set_output(out);
-    ggml_cgraph * graph = ggml_new_graph(s.ctx);
-    ggml_build_forward_expand(graph, out);
+    // A pipelined scenario builds its graph anew for every iteration, as llama.cpp does for each ubatch;
+    // every context stays alive to the end, since queued work may still name its tensors.
+    std::vector<ggml_context *> contexts;
+    ggml_tensor * out = nullptr;
+    auto build_graph = [&]() {
+        ggml_init_params params = {ggml_tensor_overhead() * 256 + ggml_graph_overhead(), nullptr, true};
+        s.ctx = ggml_init(params);
+        contexts.push_back(s.ctx);
+        s.inputs.clear();
+        s.placement.clear();
+        std::mt19937 rng(seed);
+        out = entry->build(s, rng);
+        ggml_set_output(out);
+        ggml_cgraph * g = ggml_new_graph(s.ctx);
+        ggml_build_forward_expand(g, out);
+        return g;
+    };
+    ggml_cgraph * graph = build_graph();
 
     std::vector<float> result(ggml_nelements(out));
+    std::vector<std::vector<float>> results(iterations, result);  // read asynchronously when pipelined
     uint64_t hash = 0;
     for (int it = 0; it < iterations; it++) {
         // Allocated once: with parallel=true, re-allocating this graph after a reset crashes in
         // ggml_gallocr_alloc_graph on b10531 (an uninitialised leaf allocation; see docs/scenarios.md).
-        if (it == 0) {
+        // Pipelined, like llama.cpp's ubatches: a new graph each iteration, allocated anew, which moves the
+        // scheduler on to its next copy of the split inputs (re-allocating the same graph crashes, see above).
+        if (entry->pipelined && it > 0) {
+            ggml_backend_sched_reset(s.sched);
+            graph = build_graph();
+        }
+        if (it == 0 || entry->pipelined) {
             s.place();
             if (!ggml_backend_sched_alloc_graph(s.sched, graph)) {
                 fprintf(stderr, "allocation failed\n");
@@ -376,7 +409,8 @@ int main(int argc, char ** argv) {
             if (!in.first->buffer) {
                 continue;  // an input the (random) graph never reached
             }
-            for (float & v : in.second) v += 0.125f * (float) it;  // new inputs every iteration
+            // new inputs every iteration (a rebuilt graph's start from the seed's values again)
+            for (float & v : in.second) v += 0.125f * (float) (entry->pipelined ? it * it + 1 : it);
             ggml_backend_tensor_set(in.first, in.second.data(), 0, in.second.size() * sizeof(float));
         }
         // async: the next iteration's inputs are copied while the devices may still be busy
@@ -384,14 +418,24 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "compute failed\n");
             return 1;
         }
+        if (entry->pipelined) {  // as llama.cpp reads logits: queued behind the graph, no wait
+            ggml_backend_tensor_get_async(ggml_backend_sched_get_tensor_backend(s.sched, out), out, results[it].data(), 0,
+                                          result.size() * sizeof(float));
+            continue;
+        }
         ggml_backend_sched_synchronize(s.sched);
         ggml_backend_tensor_get(out, result.data(), 0, result.size() * sizeof(float));
         hash = hash * 31 + fnv(result.data(), result.size() * sizeof(float));
     }
+    if (entry->pipelined) {
+        ggml_backend_sched_synchronize(s.sched);
+        for (auto & r : results) hash = hash * 31 + fnv(r.data(), r.size() * sizeof(float));
+        result = results.back();
+    }
     printf("result %016llx %g %g\n", (unsigned long long) hash, result[0], result[result.size() - 1]);
 
     ggml_backend_sched_free(s.sched);
-    ggml_free(s.ctx);
+    for (ggml_context * c : contexts) ggml_free(c);
     for (ggml_backend_t b : s.backends) ggml_backend_free(b);
     return 0;
 }

@@ -26,7 +26,8 @@ NOT_GREEN = {"random-dag": "a race the #23321 fix does not cover: see docs/scena
 @pytest.mark.parametrize("build", ["b10531", "b11434"])
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(reason=NOT_GREEN[n], strict=False)) if n in NOT_GREEN else n
-    for n in scenario.SCENARIOS if n not in scenario.META_SCENARIOS])  # RED: test_tensor_parallel.py
+    # RED until their own fixes: test_tensor_parallel.py, test_pipeline_parallel.py
+    for n in scenario.SCENARIOS if n not in scenario.META_SCENARIOS and n != "pipeline-input-reuse"])
 def test_scenarios_are_green_after_the_fix(name, build):
     r = scenario.run(name, build=build, runs=RUNS, jitter_us=2000)
     assert r.runs == RUNS and r.corrupt_runs == 0, r.corrupt

@@ -29,8 +29,13 @@ def cmd_record(args) -> int:
         print(f"ggml-trace record: no hook library at {lib}", file=sys.stderr)
         return 2
     env = None
+    ggml_dir = hooks_mod.ggml_dir_to_load(args.cmd[0], args.build) if args.build else None
+    if ggml_dir:  # a patched build of the program's ggml: run the program on it
+        env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(
+            p for p in (str(ggml_dir), os.environ.get("LD_LIBRARY_PATH")) if p))
+        say(f"ggml-trace: {args.cmd[0]} runs on the ggml of build {args.build} ({ggml_dir})")
     if args.virtual_devices:
-        env = dict(os.environ, GGML_TRACE_VIRTUAL_DEVICES=str(args.virtual_devices),
+        env = dict(env or os.environ, GGML_TRACE_VIRTUAL_DEVICES=str(args.virtual_devices),
                    GGML_TRACE_VDEV_LATENCY_US=args.vdev_latency_us,
                    GGML_TRACE_VDEV_JITTER_US=str(args.vdev_jitter_us),
                    GGML_TRACE_VDEV_BANDWIDTH_GBPS=str(args.vdev_bandwidth_gbps),

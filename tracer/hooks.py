@@ -85,6 +85,17 @@ def ggml_base_of(program: str):
     return Path(m.group(1)).resolve() if m else None
 
 
+def ggml_dir_to_load(program: str, build: str):
+    """The bin folder of `build` when it holds a libggml-base.so other than the one `program` loads
+    (a patched build of the same sources, such as b11434-ppfix): the program must load that one for
+    the trace to be of that build. None when the program already loads it, or the build has none."""
+    d = pinned_builds().get(build)
+    if d is None or not (d / "libggml-base.so").exists():
+        return None
+    own = ggml_base_of(program)
+    return None if own is not None and own == (d / "libggml-base.so").resolve() else d
+
+
 def hooks_for(program: str, build: str = None) -> Path:
     """The hook library for `program` (or for the pinned `build`, e.g. 'b10531')."""
     if build:

@@ -9,8 +9,8 @@ from .hooks import build_root
 from .programs import hooks, program
 from .record import trace_env
 
-SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "random-dag",
-             "meta-allreduce"]
+SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "pipeline-input-reuse",
+             "random-dag", "meta-allreduce"]
 BACKENDS = ["vdev", "vulkan"]
 META_SCENARIOS = {"meta-allreduce"}  # a meta (tensor-parallel) device over --devices VDEVs
 DEFAULT_LATENCY_US = 5000.0
