@@ -21,6 +21,8 @@ PATCHED      := $(BUILD_DIR)/llama-b10531-tpfix/bin/libggml-trace-hooks.so
 # blunt alternative it is measured against (every queue drained before every split)
 PP_PATCHED   := $(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so \
                 $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so
+# the same fix under b10531's Vulkan build (lavapipe here): a patched libggml-base beside its programs
+VK_PP_PATCHED := $(BUILD_DIR)/llama-b10531-vulkan-ppfix/bin/libggml-trace-hooks.so
 # Vulkan builds (run on Mesa's lavapipe here), before and after the fix of llama.cpp #23321
 VULKAN_BUILDS := 10524 10531
 VK_HEADERS    := $(BUILD_DIR)/vulkan-headers/.done
@@ -34,7 +36,7 @@ setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(PP_PATCHED) $(MO
 
 # glslc, spirv-headers, the Vulkan loader and lavapipe (Debian packages), and Vulkan headers
 # new enough for ggml-vulkan (Debian 13's, unpacked under build/vulkan-headers).
-vulkan: $(VK_HOOKS) $(QWEN_MODEL)
+vulkan: $(VK_HOOKS) $(VK_PP_PATCHED) $(QWEN_MODEL)
 
 $(VK_HEADERS): scripts/setup_vulkan.sh
 	scripts/setup_vulkan.sh $(BUILD_DIR)/vulkan-headers
@@ -78,6 +80,9 @@ $(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b
 
 $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/sync-every-split.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
 	scripts/build_patched.sh b11434 patches/sync-every-split.patch ppsync
+
+$(VK_PP_PATCHED): $(BUILD_DIR)/llama-b10531-vulkan/bin/libggml-trace-hooks.so patches/pipeline-host-reads.patch scripts/build_patched_base.sh
+	scripts/build_patched_base.sh b10531 b10531-vulkan patches/pipeline-host-reads.patch ppfix
 
 # Headless Chromium for the browser tests of the timeline and report pages (Debian's package).
 $(BUILD_DIR)/.chromium:

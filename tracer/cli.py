@@ -31,8 +31,7 @@ def cmd_record(args) -> int:
     env = None
     ggml_dir = hooks_mod.ggml_dir_to_load(args.cmd[0], args.build) if args.build else None
     if ggml_dir:  # a patched build of the program's ggml: run the program on it
-        env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(
-            p for p in (str(ggml_dir), os.environ.get("LD_LIBRARY_PATH")) if p))
+        env = hooks_mod.libraries_first(ggml_dir)
         say(f"ggml-trace: {args.cmd[0]} runs on the ggml of build {args.build} ({ggml_dir})")
     if args.virtual_devices:
         env = dict(env or os.environ, GGML_TRACE_VIRTUAL_DEVICES=str(args.virtual_devices),

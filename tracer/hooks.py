@@ -85,6 +85,14 @@ def ggml_base_of(program: str):
     return Path(m.group(1)).resolve() if m else None
 
 
+def libraries_first(directory, env=None) -> dict:
+    """A copy of `env` (default: ours) with `directory` first on the library path: the programs started
+    with it load that folder's ggml before the one their RUNPATH names."""
+    env = dict(os.environ if env is None else env)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(directory), env.get("LD_LIBRARY_PATH")) if p)
+    return env
+
+
 def ggml_dir_to_load(program: str, build: str):
     """The bin folder of `build` when it holds a libggml-base.so other than the one `program` loads
     (a patched build of the same sources, such as b11434-ppfix): the program must load that one for

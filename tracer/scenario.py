@@ -5,8 +5,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .hooks import build_root
-from .programs import hooks, program
+from .hooks import build_root, libraries_first
+from .programs import bin_dir, hooks, program
 from .record import trace_env
 
 SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "pipeline-input-reuse",
@@ -72,11 +72,13 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
     extra = ["--devices", str(devices)] if name in META_SCENARIOS else []
     extra += ["--backend", "vulkan"] if backend == "vulkan" else []
     exe = str(program(tree, "ggml-trace-scenarios"))
+    # the tree's own libraries first: a patched libggml-base beside a copied program (build_patched_base.sh)
+    own = libraries_first(bin_dir(tree))
     out_dir = Path(out_dir or build_root() / "scenarios" / f"{name}-{tree}")
     out_dir.mkdir(parents=True, exist_ok=True)
     def reference_for(data_seed):  # the same graph and inputs, computed on the CPU alone
         ref = subprocess.run([exe, name, "--cpu-only", "--seed", str(data_seed)] + extra, capture_output=True, text=True,
-                             timeout=120)
+                             timeout=120, env=own)
         if ref.returncode != 0:
             raise RuntimeError(f"CPU reference run failed: {ref.stderr[-2000:]}")
         return _result_of(ref.stdout)
@@ -90,7 +92,7 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
         expected = reference_for(data_seed) if per_run_graph else reference
         trace = out_dir / f"run-{i:03d}.ggmltrace"
         trace.unlink(missing_ok=True)
-        base = dict(os.environ)
+        base = dict(own)
         if backend == "vulkan":  # lavapipe is a CPU-type device: ggml lists it only when asked
             base.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
             base["GGML_TRACE_DEVICE_TIMING"] = "1" if device_timing else "0"

@@ -11,11 +11,12 @@ reused"), and only complete runs are compared; incomplete ones are retried up to
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+
+from .hooks import libraries_first
 
 PROMPT = "the of and"
 FINAL_LINE = "graphs reused"  # the last line llama-completion logs before it exits
@@ -29,8 +30,7 @@ def completion_args(model, n_predict, extra):
 def build_env(bin_dir: Path, **extra) -> dict:
     """The environment for the build's programs: its bin directory first on the library path, so that
     a build moved from where it was built (its RUNPATH) still loads its own ggml."""
-    path = os.pathsep.join(p for p in (str(bin_dir.resolve()), os.environ.get("LD_LIBRARY_PATH")) if p)
-    return dict(os.environ, LD_LIBRARY_PATH=path, **extra)
+    return dict(libraries_first(bin_dir.resolve()), **extra)
 
 
 def reference(bin_dir: Path, model, n_predict: int, tries: int = 5) -> bytes:
