@@ -229,6 +229,45 @@ def cmd_races(args) -> int:
     return 1 if len(report.findings) else 0
 
 
+def cmd_stalls(args) -> int:
+    from analysis.stalls import stalls, totals, words
+
+    name = shown(args.file)
+    trace = load_trace(args)
+    for w in trace.warnings:
+        say(f"ggml-trace stalls: warning: {printable(w)}")
+    if trace.not_attached:
+        say(f"ggml-trace stalls: {name}: nothing to analyse: the capture never attached: "
+            f"{printable(trace.not_attached)}")
+        return EXIT_BAD_INPUT
+    s = stalls(trace)
+    tot = totals(s)
+    per_graph, per_boundary = tot.pop("per_graph"), tot.pop("per_boundary")
+    top = s.sort_values("blocked_ns", ascending=False, kind="stable").head(args.top)
+    if args.json:
+        rows = lambda df: json.loads(df.to_json(orient="records"))
+        print(json.dumps(dict(tot, stalls=rows(s.assign(words=[words(r) for r in s.to_dict("records")])),
+                              per_graph=rows(per_graph), per_boundary=rows(per_boundary), warnings=trace.warnings,
+                              damaged=bool(trace.damage)), indent=2))
+        return 0
+    ms = lambda ns: f"{ns / 1e6:.3f} ms"
+    print(f"{name}: the host was blocked {ms(tot['blocked_ns'])} in {tot['calls']} calls "
+          f"(waits {ms(tot['wait_blocked_ns'])}, synchronous copies {ms(tot['copy_blocked_ns'])}); "
+          f"avoidable: {ms(tot['avoidable_blocked_ns'])} in {tot['avoidable_calls']} waits")
+    worst = per_boundary.sort_values("blocked_ns", ascending=False, kind="stable").head(args.top)
+    if len(worst):
+        print("where the host was blocked longest:")
+        for r in worst.to_dict("records"):
+            print(f"  {r['boundary']}: {ms(r['blocked_ns'])} ({ms(r['avoidable_blocked_ns'])} avoidable, "
+                  f"{r['calls']} calls)")
+    if len(top):
+        print("longest:")
+        for r in top.to_dict("records"):
+            print(f"  {ms(r['blocked_ns'])} at +{ms(r['t_begin'] - int(trace.calls['t_begin'].min()))}: "
+                  f"{printable(words(r))}")
+    return 0
+
+
 def _windowed(args):
     """(report, warnings, damage) of the analysis in graph windows (analysis/windows.py) when
     asked for, or when the trace is too large to analyse whole here; None otherwise."""
@@ -388,6 +427,13 @@ def main(argv=None) -> int:
                    help="run the windows on Dask: a local cluster, or the scheduler at ADDRESS (its workers "
                         "must see the trace at the same path)")
     p.set_defaults(fn=cmd_races)
+
+    p = sub.add_parser("stalls", help="every call that blocked the host: what it waited for, and whether any "
+                       "access needed it (docs/stalls.md)")
+    add_reading_args(p)
+    p.add_argument("--json", action="store_true", help="print totals, per graph, per split boundary and every stall as JSON")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="stalls and split boundaries to list (default: %(default)s)")
+    p.set_defaults(fn=cmd_stalls)
 
     p = sub.add_parser("force", help="delay a race's earlier operation and re-run the traced program "
                        "(exit 1 if the race manifested)")
