@@ -1,6 +1,7 @@
 """ggml-trace analysis: load a binary trace into pandas DataFrames."""
 from .load import Trace, load, summarize
 from .races import RaceReport, races
+from . import stalls  # analysis.stalls.stalls(trace): why the host waited
 from .trace_file import TraceFormatError
 
 __all__ = ["load", "Trace", "TraceFormatError", "summarize", "races", "RaceReport",

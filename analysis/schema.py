@@ -71,8 +71,16 @@ FINDINGS: dict[str, str] = {
     "range_end": "uint64", "missing": "object", "first_graph": "Int64", "first_t_ns": "int64",
     "last_graph": "Int64", "last_t_ns": "int64", "verdict": "category", "basis": "category"}
 
+# The stalls analysis (analysis.stalls.stalls(trace), docs/stalls.md): one row per host-blocking call.
+STALLS: dict[str, str] = {
+    "call_id": "uint64", "kind": "object", "thread": "int64", "t_begin": "int64", "t_end": "int64",
+    "blocked_ns": "int64", "backend": "object", "graph": "Int64", "split": "Int64", "boundary": "object",
+    "waited_call_id": "UInt64", "waited_kind": "object", "waited_graph": "Int64", "waited_split": "Int64",
+    "waited_end": "Int64", "via": "object", "pending": "int64", "needed": "boolean", "avoidable": "bool",
+    "conflict": "object"}
+
 # The frames an analysis returns rather than the loader; docs/dataframes.md is held to them too.
-ANALYSIS_FRAMES: dict[str, dict[str, str]] = {"findings": FINDINGS}
+ANALYSIS_FRAMES: dict[str, dict[str, str]] = {"findings": FINDINGS, "stalls": STALLS}
 
 
 def frame_dtypes(trace) -> dict[str, dict[str, str]]:

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .load import Trace, backend_labels, best_device_intervals
+from .schema import STALLS
 
 WAIT_KINDS = ["synchronize", "event_synchronize"]
 SYNC_COPY_KINDS = ["buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d", "buf_get_tensor_2d", "buf_cpy_tensor"]
@@ -28,14 +29,7 @@ READ_BACK_KINDS = ["get_tensor_async", "get_tensor_2d_async"]
 QUEUED_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
                 "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait", "comm_allreduce"]
 
-# The stalls frame: one row per host-blocking call, in time order (docs/dataframes.md, stalls).
-STALL_COLUMNS = {
-    "call_id": "uint64", "kind": "object", "thread": "int64", "t_begin": "int64", "t_end": "int64",
-    "blocked_ns": "int64", "backend": "object", "graph": "Int64", "split": "Int64", "boundary": "object",
-    "waited_call_id": "UInt64", "waited_kind": "object", "waited_graph": "Int64", "waited_split": "Int64",
-    "waited_end": "Int64", "via": "object", "pending": "int64", "needed": "boolean", "avoidable": "bool",
-    "conflict": "object",
-}
+STALL_COLUMNS = STALLS  # the stalls frame's columns and dtypes (analysis/schema.py)
 
 
 def stalls(t: Trace) -> pd.DataFrame:
