@@ -29,7 +29,7 @@ class Recurrence:
     manifested / inverted / margin_us / verdict / basis: that finding's (docs/races.md;
     manifested only where the times prove it); target_graph: the graph asked about;
     target_manifested: whether the race's occurrence there manifested (None when it has none
-    in that graph); same_bytes: whether the first occurrence touched the same byte range of
+    in that graph); same_bytes: whether the occurrence shown touched the same byte range of
     the same buffer type as the original."""
 
     found: bool

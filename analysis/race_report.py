@@ -73,7 +73,7 @@ class RaceReport:
     truncated: int = 0
     components: list = field(default_factory=list)
     # per finding: the smallest margin of its latent occurrences (ns, Int64; NA: none), which
-    # `margin_ns` hides where the verdict is undetermined; merging windows needs it
+    # `margin_ns` gives only where the verdict is latent; merging windows needs it
     latent_margin_ns: pd.api.extensions.ExtensionArray = field(
         default_factory=lambda: pd.array([], dtype="Int64"))
 
@@ -187,16 +187,17 @@ def _head_words(op_a, op_b, graph_a, graph_b, mode_a, mode_b, tensor_a, tensor_b
 
 
 def _fix_words(queue_a, queue_b, backend_a, backend_b, thread_a, thread_b) -> str:
+    """The second half of `missing`: which ordering would fix the race, a whole clause."""
     if queue_a and not queue_b:
-        return f"an event_synchronize or synchronize on {backend_a} between them would"
+        return f"an event_synchronize or synchronize on {backend_a} between them would order them"
     if queue_a and queue_b:
         return (f"an event_record on {backend_a} after the first and an event_wait on "
                 f"{backend_b} before the second, or a synchronize on {backend_a} between "
-                "them, would")
+                "them, would order them")
     if thread_a != thread_b:
         return (f"they run on threads {thread_a} and {thread_b} with no traced synchronization "
                 "between them (thread joins and locks are not traced)")
-    return f"a synchronization between thread {thread_a} and the queue of {backend_b} would"
+    return f"a synchronization between thread {thread_a} and the queue of {backend_b} would order them"
 
 
 def missing_words(a: dict, b: dict) -> str:
@@ -217,8 +218,6 @@ def verdict_words(r: dict) -> str:
     if verdict == "manifested":
         words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r.get("inverted")
                  else "MANIFESTED (the earlier operation had not finished when the later one began)")
-        if r.get("margin_us") is not None:
-            words += f"; latent elsewhere, margin {r['margin_us']:.1f} us"
         return words + bounds
     if verdict == "latent":
         return f"latent, margin {r['margin_us']:.1f} us{bounds}"

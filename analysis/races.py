@@ -493,10 +493,18 @@ class _Analysis:
         })
         first = occ.drop_duplicates("key", keep="first").set_index("key")
         last = occ.drop_duplicates("key", keep="last").set_index("key")
-        agg = agg.join(first[["acc_a", "acc_b", "ord_a", "ord_b", "cls", "graph", "t"]])
+        # The occurrence shown (sides, bytes, missing): the first that manifested if any did, so
+        # that a manifested finding shows the evidence of a manifested pair; else the first.
+        shown = (occ.sort_values("manifested", ascending=False, kind="stable")
+                 .drop_duplicates("key").set_index("key"))
+        agg = agg.join(shown[["acc_a", "acc_b", "ord_a", "ord_b", "cls"]])
+        agg["graph"] = first["graph"]
+        agg["t"] = first["t"]
         agg["last_graph"] = last["graph"]
         agg["last_t"] = last["t"]
-        agg["sort_margin"] = agg["margin_ns"].fillna(-1)
+        # only a latent finding has a margin (the smallest latent one is kept: latent_margin_ns)
+        agg["shown_margin"] = agg["margin_ns"].where(agg["verdict"] == 1)
+        agg["sort_margin"] = agg["shown_margin"].fillna(-1)
         agg = agg.sort_values(["manifested", "sort_margin", "t"],
                               ascending=[False, True, True], kind="stable")
         return self.describe(agg)
@@ -542,8 +550,7 @@ class _Analysis:
             "class": pd.Categorical.from_codes(agg["cls"].to_numpy(np.int64), categories=CLASSES),
             "manifested": agg["manifested"].to_numpy(bool),
             "inverted": agg["inverted"].to_numpy(bool),
-            # no margin where latency is not proven
-            "margin_ns": agg["margin_ns"].where(verdict != 2).array,
+            "margin_ns": agg["shown_margin"].array,
             "count": agg["n_occ"].to_numpy(np.int64),
         }
         for s in "ab":

@@ -1,6 +1,6 @@
-"""One self-contained HTML page about a trace, to attach to a bug report: environment, the
-command that produced the trace, summary tables, every race with its evidence and the timeline
-zoomed on the first race (plotly.js embedded: the page works offline).
+"""One self-contained HTML page about a trace, to attach to a bug report: every race with its
+evidence, then the environment, the command that reproduces the trace, summary tables and the
+timeline zoomed on the first race (plotly.js embedded: the page works offline).
 
 Every string that comes from the trace (tensor, backend, thread and buffer names, the command
 line, meta values) is HTML-escaped: names come from model files and may be hostile.
@@ -17,6 +17,7 @@ import pandas as pd
 
 from .build_info import build_info
 from .intervals import races_as_list
+from .race_report import verdict_words
 from .timeline import timeline, timeline_html
 
 
@@ -42,6 +43,56 @@ def _argv(trace) -> list[str]:
 
 def _ns(ns) -> str:
     return f"{float(ns) / 1e3:,.3f} µs"
+
+
+# The variables `ggml-trace record` sets from its options (tracer/cli.py, cmd_record), which the
+# trace records in its environment (meta "env"): valued options, left out at their default (0);
+# the virtual devices' only with --virtual-devices.
+VDEV_OPTIONS = {"GGML_TRACE_VIRTUAL_DEVICES": "--virtual-devices", "GGML_TRACE_VDEV_LATENCY_US": "--vdev-latency-us",
+                "GGML_TRACE_VDEV_JITTER_US": "--vdev-jitter-us",
+                "GGML_TRACE_VDEV_BANDWIDTH_GBPS": "--vdev-bandwidth-gbps", "GGML_TRACE_VDEV_SEED": "--vdev-seed"}
+# flags: on where the variable is set to anything but "0" (as the hooks read them)
+FLAG_OPTIONS = {"GGML_TRACE_VDEV_ALLREDUCE": "--vdev-allreduce", "GGML_TRACE_DEVICE_TIMING": "--device-timing",
+                "GGML_TRACE_CUPTI": "--cupti", "GGML_TRACE_START_PAUSED": "--paused"}
+RING_VARS = ("GGML_TRACE_RING_SECONDS", "GGML_TRACE_RING_BYTES")
+OPTION_VARS = {*VDEV_OPTIONS, *FLAG_OPTIONS, *RING_VARS}
+
+
+def _zero(value: str) -> bool:
+    """'0', '0.0', '0,0': an option's default."""
+    try:
+        return all(float(v) == 0 for v in value.split(","))
+    except ValueError:
+        return False
+
+
+def _record_command(trace, name: str, argv: list[str]) -> list[str]:
+    """The `ggml-trace record` command that reproduces the run: the options its recorded
+    environment implies, the program's other recorded variables (through env), its delay rules,
+    then the program."""
+    meta = trace.meta
+    env = dict(v.split("=", 1) for v in meta.get("env", "").split("\0") if "=" in v)
+    opts = []
+    if not _zero(env.get("GGML_TRACE_VIRTUAL_DEVICES", "0")):
+        for var, opt in VDEV_OPTIONS.items():
+            if not _zero(env.get(var, "0")):
+                opts += [opt, env[var]]
+    # older traces lack the variables: their device records say how they were timed
+    sources = set(trace.device["source"].astype(str)) if len(trace.device) else set()
+    on = {var: env.get(var, "0") not in ("", "0") for var in FLAG_OPTIONS}
+    on["GGML_TRACE_DEVICE_TIMING"] |= bool(sources & {"events", "markers"})
+    on["GGML_TRACE_CUPTI"] |= meta.get("cupti") == "on"
+    opts += [opt for var, opt in FLAG_OPTIONS.items() if on[var]]
+    seconds, size = (env.get(v) for v in RING_VARS)
+    if seconds:
+        opts += ["--ring", seconds] + (["--ring-max", size] if size else [])
+    elif size:
+        opts += ["--ring", size]
+    for rule in filter(None, meta.get("delay.rules", "").split(";")):
+        opts += ["--delay", rule]
+    # the options set their variables; the rest of the environment goes before the command
+    rest = [f"{k}={v}" for k, v in env.items() if k not in OPTION_VARS]
+    return (["env", *rest] if rest else []) + ["ggml-trace", "record", *opts, "-o", name, "--", *argv]
 
 
 CSS = """
@@ -144,6 +195,32 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
     else:
         out.append('<p class="ok">No races found.</p>')
 
+    # races: the finding comes first, then where and how it was recorded
+    out.append("<h2>Races</h2>")
+    if not race_list:
+        out.append("<p>No conflicting accesses without an ordering were found.</p>")
+    fields = ["backend", "graph", "split", "kind", "tensor", "node", "thread", "mode",
+              "t_begin_us", "t_end_us", "device", "call_id"]
+    for i, r in enumerate(race_list, 1):
+        manif = bool(r.get("manifested"))
+        timing = verdict_words(r)  # what the times prove, never "latent" on host times alone
+        rng = r.get("range") or [None, None]
+        first, last = r.get("first") or {}, r.get("last") or {}
+        out.append(
+            f'<div class="race" id="race-{i}"><h3>Race {i}: {_e(r.get("class"))} '
+            f'<span class="{"manifested" if manif else "latent"}">{_e(timing)}</span></h3>'
+            + _kv([("occurrences", r.get("count")),
+                   ("inverted (the later operation ran first)", r.get("inverted", "")),
+                   ("buffer", f"{r.get('buffer')} ({r.get('buffer_type', '')}, generation "
+                              f"{r.get('generation', '')})"),
+                   ("byte range", f"[{rng[0]}, {rng[1]})"),
+                   ("first seen", f"graph {first.get('graph')} at {first.get('t_us')} µs"),
+                   ("last seen", f"graph {last.get('graph')} at {last.get('t_us')} µs"),
+                   ("what is missing", r.get("missing", ""))])
+            + _table(["op"] + fields, [[side] + [(r.get(side) or {}).get(f) for f in fields]
+                                       for side in ("a", "b")])
+            + "</div>")
+
     # environment
     info = build_info(meta)
     env = [("llama.cpp build", f"{info['llama_build'] or 'unknown'} (commit {info['llama_commit'] or 'unknown'})"),
@@ -182,13 +259,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
     out.append("<h2>Command</h2><p>The traced program was run as:</p>"
                f"<pre>{_e(shlex.join(argv)) if argv else '(not recorded)'}</pre>")
     if argv:
-        flags = [f for f, on in (("--device-timing", (trace.device["source"] == "events").any()),
-                                 ("--cupti", meta.get("cupti") == "on")) if on]
-        for rule in filter(None, meta.get("delay.rules", "").split(";")):
-            flags += ["--delay", rule]
-        out.append("<p>Recorded with:</p><pre>"
-                   + _e(shlex.join(["ggml-trace", "record", *flags, "-o", name, "--", *argv]))
-                   + "</pre>")
+        out.append("<p>Recorded with:</p><pre>" + _e(shlex.join(_record_command(trace, name, argv))) + "</pre>")
     if report_command:
         out.append(f"<p>This report: <code>{_e(report_command)}</code></p>")
 
@@ -209,33 +280,6 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
                                                         for w in trace.warnings))
 
     out.append(_delays(trace))
-
-    # races
-    out.append("<h2>Races</h2>")
-    if not race_list:
-        out.append("<p>No conflicting accesses without an ordering were found.</p>")
-    fields = ["backend", "graph", "split", "kind", "tensor", "node", "thread", "mode",
-              "t_begin_us", "t_end_us", "device", "call_id"]
-    for i, r in enumerate(race_list, 1):
-        manif = bool(r.get("manifested"))
-        from .races import verdict_words
-        timing = verdict_words(r)  # what the times prove, never "latent" on host times alone
-        rng = r.get("range") or [None, None]
-        first, last = r.get("first") or {}, r.get("last") or {}
-        out.append(
-            f'<div class="race" id="race-{i}"><h3>Race {i}: {_e(r.get("class"))} '
-            f'<span class="{"manifested" if manif else "latent"}">{_e(timing)}</span></h3>'
-            + _kv([("occurrences", r.get("count")),
-                   ("inverted (the later operation ran first)", r.get("inverted", "")),
-                   ("buffer", f"{r.get('buffer')} ({r.get('buffer_type', '')}, generation "
-                              f"{r.get('generation', '')})"),
-                   ("byte range", f"[{rng[0]}, {rng[1]})"),
-                   ("first seen", f"graph {first.get('graph')} at {first.get('t_us')} µs"),
-                   ("last seen", f"graph {last.get('graph')} at {last.get('t_us')} µs"),
-                   ("what is missing", r.get("missing", ""))])
-            + _table(["op"] + fields, [[side] + [(r.get(side) or {}).get(f) for f in fields]
-                                       for side in ("a", "b")])
-            + "</div>")
 
     # timeline
     if race_list:

@@ -467,7 +467,7 @@ def analyse_window(index: TraceIndex, w: Window, strict: bool = True, raw=None) 
     trace = load_raw(raw)
     rep = races(trace, own_from_ns=w.own_ns if w.first_graph > 0 else None)
     findings = rep.findings.copy()
-    findings["margin_ns"] = rep.latent_margin_ns  # made NA again below where undetermined
+    findings["margin_ns"] = rep.latent_margin_ns  # made NA again below where not latent
     return WindowResult(findings, rep.pairs, rep.truncated, list(trace.warnings), list(trace.damage),
                         int(raw.n_records))
 
@@ -533,7 +533,9 @@ FINDING_KEY = ["class"] + [f"{s}_{c}" for s in "ab" for c in ("kind", "backend",
 def merge_findings(frames: list) -> pd.DataFrame:
     """One row per distinct race from the findings of several windows (races()'s own grouping):
     counts add up, the first and last occurrences are the earliest and latest, a race is
-    manifested if any window proved it, latent if every window did, and its margin the smallest."""
+    manifested if any window proved it, latent if every window did, and its margin (latent only)
+    the smallest. As in races(), the occurrence shown (sides, bytes, missing) is the earliest that
+    manifested if any did, else the first: the earliest of the windows' own."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return findings_frame()
@@ -544,15 +546,20 @@ def merge_findings(frames: list) -> pd.DataFrame:
     g = df.groupby("_key", sort=False)
     verdict = g["verdict"].agg(lambda v: "manifested" if (v == "manifested").any()
                                else "latent" if (v == "latent").all() else "undetermined")
-    out = g.head(1).set_index("_key")
+    # an occurrence's time is the earlier start of its two operations (races())
+    shown_t = np.minimum(df["a_t_begin_ns"], df["b_t_begin_ns"])
+    out = (df.assign(_not_manifested=~df["manifested"], _t=shown_t)
+           .sort_values(["_key", "_not_manifested", "_t"], kind="stable").groupby("_key").head(1).set_index("_key"))
+    first = g.head(1).set_index("_key")
     last = df.sort_values(["_key", "last_t_ns"], kind="stable").groupby("_key").tail(1).set_index("_key")
     out["count"] = g["count"].sum()
     out["manifested"] = g["manifested"].any()
     out["inverted"] = g["inverted"].any()
-    out["margin_ns"] = g["margin_ns"].min()
     out["verdict"] = verdict
-    out.loc[out["verdict"] == "undetermined", "margin_ns"] = pd.NA
+    out["margin_ns"] = g["margin_ns"].min().where(verdict == "latent")
     out["basis"] = g["basis"].agg(lambda b: max(b, key=BASES.index))
+    out["first_graph"] = first["first_graph"]
+    out["first_t_ns"] = first["first_t_ns"]
     out["last_graph"] = last["last_graph"]
     out["last_t_ns"] = last["last_t_ns"]
     out["_sort_margin"] = out["margin_ns"].fillna(-1)

@@ -15,6 +15,7 @@ import pytest
 from tracegen import TraceBuilder
 
 from analysis import RaceReport, load, races
+from analysis.race_report import missing_words
 from analysis.races import format_report
 from analysis.schema import FINDINGS
 from analysis.trace_file import BUF_ALLOCATED, BUF_FREED
@@ -95,9 +96,22 @@ def test_async_read_then_cpu_reuse_is_a_race(tmp_path):
     assert f["buffer"] == hex(HBUF) and f["range"] == [0x100, 0x200]
     assert "inp_embd" in f["missing"] and "ffn_out-0" in f["missing"]
     assert "VDEV0 split 3" in f["missing"] and "CPU split 4" in f["missing"]
-    assert "synchronize on VDEV0" in f["missing"]
+    assert f["missing"].endswith("; an event_synchronize or synchronize on VDEV0 between them would order them")
     assert len(r.findings) == 1 and len(r.pairs) == 1
     assert r.operations == 2 and r.accesses == 3
+
+
+@pytest.mark.parametrize("queue_a,queue_b,thread_b", [(True, False, 0), (True, True, 0), (False, True, 0),
+                                                     (False, False, 1)])
+def test_the_missing_ordering_is_a_whole_sentence(queue_a, queue_b, thread_b):
+    """Every variant of `missing` says what the ordering it names would do."""
+    a = dict(backend="VDEV0", kind="graph_compute", split=3, thread=0, graph=1, mode="read", tensor="h",
+             queue=queue_a)
+    b = dict(backend="VDEV1", kind="graph_compute", split=4, thread=thread_b, graph=1, mode="write", tensor="z",
+             queue=queue_b)
+    words = missing_words(a, b)
+    assert words.startswith("nothing orders VDEV0 split 3 (graph 1, reads h) before VDEV1 split 4 (graph 1)")
+    assert words.endswith(" would order them") or words.endswith("(thread joins and locks are not traced)"), words
 
 
 def test_synchronize_orders_it(tmp_path):
@@ -408,7 +422,7 @@ def test_inverted_order_is_manifested_and_flagged(tmp_path):
 
 def test_findings_order_and_aggregates(tmp_path):
     b = builder()
-    # graph 0: latent (margin 300); graph 1: manifested; same finding -> manifested, margin 300
+    # graph 0: latent (margin 300); graph 1: manifested; same finding -> manifested, no margin
     reuse_graph(b, 0, 0, device=(100 * US, 200 * US))
     b.call("synchronize", 1_000 * US, 1_001 * US, backend=A)
     reuse_graph(b, 1, 2_000 * US, device=(450 * US, 550 * US))
@@ -417,10 +431,17 @@ def test_findings_order_and_aggregates(tmp_path):
     k = split(b, A, 4_000 * US, 2, 5, [("read", HBUF, 0x8000, 64, "k")], dur=1 * US)
     b.call("device_exec", 4_000 * US, 4_100 * US, thread=1, obj=k)
     split(b, CPU, 4_150 * US, 2, 6, [("write", HBUF, 0x8000, 64, "q")])
-    fs = findings(analyse(tmp_path, b))
+    r = analyse(tmp_path, b)
+    fs = findings(r)
     assert [f["a"]["tensor"] for f in fs] == ["inp_embd", "k"]
-    assert fs[0]["manifested"] and fs[0]["count"] == 2 and fs[0]["margin_us"] == pytest.approx(300)
+    assert fs[0]["manifested"] and fs[0]["count"] == 2 and fs[0]["margin_us"] is None
+    assert r.latent_margin_ns[0] == 300 * US  # graph 0's, kept for merging windows
     assert not fs[1]["manifested"] and fs[1]["margin_us"] == pytest.approx(50)
+    # the manifested finding shows its manifested occurrence (graph 1), first seen in graph 0
+    assert fs[0]["a"]["graph"] == fs[0]["b"]["graph"] == 1 and fs[0]["a"]["t_begin_us"] == pytest.approx(2_450)
+    assert fs[0]["first"]["graph"] == 0 and fs[0]["first"]["t_us"] == pytest.approx(100)
+    assert fs[0]["last"]["graph"] == 1
+    assert "latent elsewhere" not in format_report(r)
 
 
 def test_a_new_buffer_generation_is_other_memory(tmp_path):

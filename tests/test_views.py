@@ -626,6 +626,65 @@ def test_report_of_a_real_trace_in_chromium(browser, tmp_path, which, path):
     page.close()
 
 
+def recorded_with(page: str) -> list[str]:
+    """The report's "Recorded with" command, as words."""
+    import html
+    import shlex
+
+    return shlex.split(html.unescape(re.search(r"Recorded with:</p><pre>(.*?)</pre>", page, re.S)[1]))
+
+
+def test_the_report_puts_the_races_before_the_environment():
+    from analysis.report import report_html
+
+    page = report_html(analysis.load(ROOT / "tests" / "data" / "vulkan-nvidia-b11434-pp-h200.ggmltrace"))
+    assert re.findall(r"<h2>([^<]*)</h2>", page) == ["Races", "Environment", "Command", "Summary", "Timeline"]
+    assert page.index('id="race-1"') < page.index('id="race-2"') < page.index("<h2>Environment</h2>")
+    cmd = recorded_with(page)  # recorded on one virtual device, Vulkan timed by markers
+    assert cmd[:2] == ["env", "CUDA_VERSION=13.0.2"] and "CUDA_HOME=/usr/local/cuda" in cmd
+    at = cmd.index("ggml-trace")
+    assert cmd[at:at + 7] == ["ggml-trace", "record", "--virtual-devices", "1", "--device-timing", "-o",
+                              "vulkan-nvidia-b11434-pp-h200.ggmltrace"]
+    assert cmd[at + 7:at + 9] == ["--", "/work/main/.ppwork/build/bin/llama-completion"]
+
+
+LLAMA_SIMPLE = ROOT / "build" / "llama-b11434" / "bin" / "llama-simple"
+
+
+@pytest.mark.skipif(not LLAMA_SIMPLE.exists(), reason="needs build b11434 (make setup)")
+def test_recorded_with_reproduces_a_virtual_device_run(tmp_path):
+    """The report's record command carries the run's virtual-device settings, device timing and its
+    other variables: run again, it records the same settings and gives the same command."""
+    from analysis.report import report_html
+    from tracer import programs
+
+    program = [str(LLAMA_SIMPLE), "-m", str(programs.tiny_model()), "-n", "4", "the of"]
+    first = tmp_path / "first"
+    first.mkdir()
+    r = ggml_trace("record", "--virtual-devices", "1", "--vdev-latency-us", "300", "--vdev-jitter-us", "50",
+                   "--vdev-seed", "7", "--device-timing", "-o", first / "run.ggmltrace", "--", *program,
+                   env=dict(os.environ, OMP_NUM_THREADS="2"), timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    t = analysis.load(first / "run.ggmltrace")
+    cmd = recorded_with(report_html(t, races=False))
+    at = cmd.index("ggml-trace")
+    assert cmd[0] == "env" and "OMP_NUM_THREADS=2" in cmd[1:at]
+    assert not any(w.startswith("GGML_TRACE_") for w in cmd[1:at])  # those are the options'
+    assert cmd[at:] == ["ggml-trace", "record", "--virtual-devices", "1", "--vdev-latency-us", "300",
+                        "--vdev-jitter-us", "50.0", "--vdev-seed", "7", "--device-timing", "-o", "run.ggmltrace",
+                        "--", *program]
+    again = tmp_path / "again"
+    again.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the command sets it
+    exe = Path(sys.executable).parent / "ggml-trace"
+    r = subprocess.run([str(exe) if w == "ggml-trace" else w for w in cmd], cwd=again, env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    t2 = analysis.load(again / "run.ggmltrace")
+    assert set(t2.meta["env"].split("\0")) == set(t.meta["env"].split("\0"))
+    assert recorded_with(report_html(t2, races=False)) == cmd
+
+
 @needs_browser
 def test_hostile_names_are_shown_not_run(browser, tmp_path):
     t_path = hostile_trace(tmp_path / "h.ggmltrace")

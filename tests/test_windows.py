@@ -37,6 +37,32 @@ def test_windows_find_what_the_whole_trace_shows(name, records):
     assert windowed.findings.equals(whole.findings)
 
 
+@pytest.mark.parametrize("records,context", [(1, 3), (5000, 2)])
+def test_a_manifested_finding_shows_a_manifested_pair(records, context):
+    """Pipeline parallelism on Vulkan (H200): each race's first occurrence (graphs 1-2) was latent
+    and later ones manifested. A finding shows a manifested pair, without a margin, and its
+    first graph and time stay the first occurrence's; the windows (one graph each, and a few)
+    agree: with 3 graphs of context they see every occurrence."""
+    path = DATA / "vulkan-nvidia-b11434-pp-h200.ggmltrace"
+    whole = races(load(path))
+    p = whole.pairs
+    first_b = p["b_call_id"] == p["b_call_id"].min()
+    assert len(p) == 12 and not p.loc[first_b, "manifested"].any()  # the first occurrences: latent
+    manifested = {tuple(x) for x in p.loc[p["manifested"], ["a_call_id", "b_call_id"]].to_numpy().tolist()}
+    found = whole.to_json()["races"]
+    assert len(found) == 2
+    for r in found:
+        assert r["manifested"] and r["margin_us"] is None and r["count"] == 6
+        assert (r["a"]["call_id"], r["b"]["call_id"]) in manifested
+        assert r["a"]["t_end_us"] > r["b"]["t_begin_us"]  # a had not ended when b began
+        assert r["b"]["graph"] == 3 and r["first"]["graph"] == 2 and r["last"]["graph"] == 4
+        assert r["first"]["t_us"] < min(r["a"]["t_begin_us"], r["b"]["t_begin_us"])
+    assert (whole.latent_margin_ns > 0).all()  # the latent occurrences' margins are kept
+    windowed, info = races_in_windows(path, records=records, context=context)
+    assert info["windows"] > 1
+    assert windowed.findings.equals(whole.findings)
+
+
 def test_a_synthetic_race_in_every_graph(synthetic):
     path, graphs = synthetic
     index = index_trace(path)

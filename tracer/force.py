@@ -120,7 +120,8 @@ def _glob_literal(name: str) -> str:
 
 def delay_rule(race: dict, us: float, every_graph: bool = False) -> str:
     """The delay rule (docs/delay.md) selecting the race's earlier operation on its backend: in
-    the graph of the race's first occurrence, or in every graph (`every_graph`)."""
+    the graph of the occurrence the race shows (its first, or first manifested, one), or in every
+    graph (`every_graph`)."""
     a = race["a"]
     if a["kind"] not in delay_spec.KINDS:
         raise ForceError(f"the earlier operation is a {a['kind']} call, which delay rules cannot "
