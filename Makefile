@@ -20,7 +20,8 @@ PATCHED      := $(BUILD_DIR)/llama-b10531-tpfix/bin/libggml-trace-hooks.so
 # b11434's ggml with our fix of the pipeline-parallel race (docs/pipeline-parallel.md), and with the
 # blunt alternative it is measured against (every queue drained before every split)
 PP_PATCHED   := $(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so \
-                $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so
+                $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so \
+                $(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so
 # the same fix under b10531's Vulkan build (lavapipe here): a patched libggml-base beside its programs
 VK_PP_PATCHED := $(BUILD_DIR)/llama-b10531-vulkan-ppfix/bin/libggml-trace-hooks.so
 # Vulkan builds (run on Mesa's lavapipe here), before and after the fix of llama.cpp #23321
@@ -83,6 +84,10 @@ $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-
 
 $(VK_PP_PATCHED): $(BUILD_DIR)/llama-b10531-vulkan/bin/libggml-trace-hooks.so patches/pipeline-host-reads.patch scripts/build_patched_base.sh
 	scripts/build_patched_base.sh b10531 b10531-vulkan patches/pipeline-host-reads.patch ppfix
+
+# b11434's ggml copying a split's user inputs before its other inputs (docs/stalls.md, #28874)
+$(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/user-inputs-first.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
+	scripts/build_patched.sh b11434 patches/user-inputs-first.patch inputsfirst
 
 # Headless Chromium for the browser tests of the timeline and report pages (Debian's package).
 $(BUILD_DIR)/.chromium:

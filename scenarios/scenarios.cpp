@@ -29,6 +29,7 @@ struct Scenario {
     std::vector<ggml_backend_t> backends;  // VDEV0.., then the CPU (the scheduler wants it last)
     ggml_backend_t cpu;
     bool cpu_only;
+    int n_devices;  // the devices the scenario spreads over (--devices; VDEV0.. when not folded)
     std::vector<std::pair<ggml_tensor *, std::vector<float>>> inputs;
     std::vector<std::pair<ggml_tensor *, ggml_backend_t>> placement;  // re-applied after each reset
 
@@ -174,6 +175,24 @@ ggml_tensor * pipeline_input_reuse(Scenario & s, std::mt19937 & rng) {
     return s.on(s.dev(1), ggml_mul(s.ctx, l0, l0), "out");
 }
 
+// llama.cpp PR #28874's stall, pipeline parallelism off: each device's split takes the previous
+// device's result (a cross-device copy) and then a user input, in that order. The scheduler copies a
+// split's inputs in order, and for the user input it synchronizes the split's backend, whose queue
+// now holds the cross-device copy, which waits for the previous device: the host is blocked until the
+// previous device has finished everything it had, at every split boundary, ordering no access.
+//   x ─▶ [VDEV0] a0 = 2x ─▶ [VDEV1] a1 = a0 + u1 ─▶ [VDEV2] a2 = a1 + u2 ─▶ ... ─▶ [CPU] out = a/2
+ggml_tensor * user_input_stall(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * a = s.on(s.dev(0), ggml_scale(s.ctx, s.input("x", rng), 2.0f), "a0");
+    char name[16];
+    for (int d = 1; d < s.n_devices; d++) {
+        snprintf(name, sizeof(name), "u%d", d);
+        ggml_tensor * u = s.input(name, rng);
+        snprintf(name, sizeof(name), "a%d", d);
+        a = s.on(s.dev(d), ggml_add(s.ctx, a, u), name);  // src[0]: the cross-device input, first
+    }
+    return s.on(s.cpu, ggml_scale(s.ctx, a, 0.5f), "out");
+}
+
 typedef ggml_tensor * (*Builder)(Scenario &, std::mt19937 &);
 
 struct Entry {
@@ -191,6 +210,7 @@ const Entry SCENARIOS[] = {
     {"random-dag", random_dag, 3, false},
     {"pipeline", pipeline, 3, false},
     {"pipeline-input-reuse", pipeline_input_reuse, 2, true},
+    {"user-input-stall", user_input_stall, 3, false},
 };
 
 uint64_t fnv(const void * p, size_t n) {
@@ -341,24 +361,28 @@ int main(int argc, char ** argv) {
     s.cpu_only = false;
     unsigned seed = 1;
     const char * backend_kind = "vdev";
+    int n_devices = entry->devices;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--cpu-only") == 0) s.cpu_only = true;
         if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = (unsigned) atoi(argv[++i]);
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend_kind = argv[++i];
+        if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc) n_devices = atoi(argv[++i]);
     }
+    s.n_devices = n_devices;
     s.cpu = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(s.cpu, 1);  // small graphs; spinning thread pools only add noise
     if (!s.cpu_only && strcmp(backend_kind, "vulkan") == 0) {
         s.backends.push_back(device_backend("Vulkan0"));  // a real device: lavapipe, a GPU
     } else if (!s.cpu_only) {
-        for (int i = 0; i < entry->devices; i++) {
+        for (int i = 0; i < n_devices; i++) {
             std::string name = "VDEV" + std::to_string(i);
             s.backends.push_back(device_backend(name.c_str()));
         }
     }
     s.backends.push_back(s.cpu);
     const bool parallel = strcmp(entry->name, "pipeline") == 0 || entry->pipelined;
-    const int iterations = parallel ? 8 : 1;
+    const bool repeated = strcmp(entry->name, "user-input-stall") == 0;  // decode steps, as llama.cpp's
+    const int iterations = parallel || repeated ? 8 : 1;
     // On a real device the CPU's buffers are the device's pinned host memory, as llama.cpp makes
     // them when it offloads: then copies into the device read them asynchronously (the #23321 path).
     std::vector<ggml_backend_buffer_type_t> bufts;

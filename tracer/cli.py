@@ -268,6 +268,49 @@ def cmd_stalls(args) -> int:
     return 0
 
 
+def _run_set(spec: str) -> list:
+    """A side of `compare`: a trace, a folder of traces (*.ggmltrace), or traces joined by commas."""
+    paths = []
+    for part in spec.split(","):
+        p = Path(part)
+        paths += sorted(p.glob("*.ggmltrace")) if p.is_dir() else [p]
+    return paths
+
+
+def cmd_compare(args) -> int:
+    from analysis.compare import compare, format_compare
+
+    sides = []
+    for spec in (args.a, args.b):
+        paths = _run_set(spec)
+        if not paths:
+            say(f"ggml-trace compare: {printable(spec)}: no traces there")
+            return EXIT_BAD_INPUT
+        traces = []
+        for p in paths:
+            args.file = str(p)
+            traces.append(load_trace(args))
+            for w in traces[-1].warnings:
+                say(f"ggml-trace compare: warning: {shown(p)}: {printable(w)}")
+        sides.append(traces)
+    r = compare(*sides)
+    if args.output:
+        from analysis.compare_page import write_compare_page
+        write_compare_page(sides[0][0], sides[1][0], r, args.a, args.b, args.output)
+        say(f"ggml-trace compare: page written to {shown(args.output)}")
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        print(format_compare(r, printable(args.a), printable(args.b)))
+    if args.fail_if_slower is not None:
+        a, b = r["a"]["totals"]["wall_ns"], r["b"]["totals"]["wall_ns"]
+        if b > a * (1 + args.fail_if_slower / 100.0):
+            say(f"ggml-trace compare: B took {b / a - 1:+.1%} the wall time of A, more than "
+                f"{args.fail_if_slower:g} % slower")
+            return 1
+    return 0
+
+
 def _windowed(args):
     """(report, warnings, damage) of the analysis in graph windows (analysis/windows.py) when
     asked for, or when the trace is too large to analyse whole here; None otherwise."""
@@ -434,6 +477,17 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print totals, per graph, per split boundary and every stall as JSON")
     p.add_argument("--top", type=int, default=10, metavar="N", help="stalls and split boundaries to list (default: %(default)s)")
     p.set_defaults(fn=cmd_stalls)
+
+    p = sub.add_parser("compare", help="two traces, or two sets of runs, side by side: host-blocked time, device "
+                       "busy and overlap, splits, copies, synchronizations (docs/compare.md)")
+    p.add_argument("a", help="side A: a trace, a folder of traces, or traces joined by commas")
+    p.add_argument("b", help="side B, the same way")
+    p.add_argument("--lenient", action="store_true", help="load damaged traces, dropping what is bad")
+    p.add_argument("--json", action="store_true", help="each side's totals (medians, ranges) and the differences")
+    p.add_argument("-o", "--output", metavar="PAGE.html", help="also write one page with both timelines on one axis")
+    p.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                   help="exit 1 when B's median wall time is more than PCT %% above A's")
+    p.set_defaults(fn=cmd_compare, graphs=None)
 
     p = sub.add_parser("force", help="delay a race's earlier operation and re-run the traced program "
                        "(exit 1 if the race manifested)")

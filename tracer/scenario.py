@@ -10,9 +10,10 @@ from .programs import bin_dir, hooks, program
 from .record import trace_env
 
 SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "pipeline-input-reuse",
-             "random-dag", "meta-allreduce"]
+             "random-dag", "user-input-stall", "meta-allreduce"]
 BACKENDS = ["vdev", "vulkan"]
 META_SCENARIOS = {"meta-allreduce"}  # a meta (tensor-parallel) device over --devices VDEVs
+SIZED_SCENARIOS = META_SCENARIOS | {"user-input-stall"}  # spread over --devices VDEVs (the others: their own)
 DEFAULT_LATENCY_US = 5000.0
 
 
@@ -68,8 +69,8 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
     lat = parse_latencies(latency_us)
     latency_us = lat[0] if len(lat) == 1 else lat
     env_latency = ",".join(f"{v:g}" for v in lat)
-    # a meta scenario sizes its meta device from --devices; the others carry their own count
-    extra = ["--devices", str(devices)] if name in META_SCENARIOS else []
+    # a sized scenario spreads over --devices devices; the others carry their own count
+    extra = ["--devices", str(devices)] if name in SIZED_SCENARIOS else []
     extra += ["--backend", "vulkan"] if backend == "vulkan" else []
     exe = str(program(tree, "ggml-trace-scenarios"))
     # the tree's own libraries first: a patched libggml-base beside a copied program (build_patched_base.sh)

@@ -1,0 +1,155 @@
+"""What a change did: two traces, or two sets of runs, side by side (docs/compare.md).
+
+Each run is reduced to totals (time on the host and on the devices, how much the host was blocked
+and how much of that ordered nothing, how much the devices overlapped, and counts of splits,
+copies, synchronizations and event waits); a set of runs to the median and range of each. Graphs
+are aligned by their sequence number and compared by their splits. A difference in a time is
+*significant* only beyond the noise bound: the largest of a share of side A's median (NOISE_REL_ONE
+with one run a side, NOISE_REL with several), NOISE_WALL of side A's wall time (so that a small
+quantity's jitter is not news), and the spread (max - min) of either side's runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .load import Trace, best_device_intervals
+from .stalls import stalls, totals as stall_totals
+
+# Two single runs of one build and settings differed by up to 26 % in wall time on a busy 2-core VM
+# (virtual devices, whose latency is a sleep); several runs a side bring their own spread instead.
+NOISE_REL_ONE = 0.30  # one run a side
+NOISE_REL = 0.10      # several: and at least their spread
+NOISE_WALL = 0.02     # a small quantity's jitter: ~1 ms of device time in a 100 ms run
+TIMES = ["wall_ns", "host_blocked_ns", "avoidable_blocked_ns", "device_busy_ns", "device_idle_ns",
+         "device_overlap_ns", "in_flight_ns"]
+COUNTS = ["graphs", "splits", "copies", "copy_bytes", "synchronizations", "event_records", "event_waits",
+          "avoidable_waits"]
+
+
+def _union_ns(b: np.ndarray, e: np.ndarray) -> int:
+    """Length of the union of intervals [b, e)."""
+    if len(b) == 0:
+        return 0
+    o = np.argsort(b, kind="stable")
+    b, e = b[o], np.maximum.accumulate(e[o])
+    starts = np.r_[True, b[1:] > e[:-1]]  # a new run where the interval begins after all before it
+    idx = np.flatnonzero(starts)
+    ends = np.r_[e[idx[1:] - 1], e[-1]]
+    return int((ends - b[idx]).sum())
+
+
+def _overlap_ns(per_queue: list[tuple[np.ndarray, np.ndarray]]) -> int:
+    """Time during which at least two queues were busy at once (a sweep over their unions)."""
+    edges = []
+    for b, e in per_queue:
+        if len(b) == 0:
+            continue
+        o = np.argsort(b, kind="stable")
+        bb, ee = b[o], np.maximum.accumulate(e[o])
+        start = np.r_[True, bb[1:] > ee[:-1]]
+        idx = np.flatnonzero(start)
+        ends = np.r_[ee[idx[1:] - 1], ee[-1]]
+        edges.append(np.stack([np.r_[bb[idx], ends], np.r_[np.ones(len(idx)), -np.ones(len(idx))]], axis=1))
+    if len(edges) < 2:
+        return 0
+    ev = np.concatenate(edges)
+    ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # ends before begins at the same instant
+    busy = np.cumsum(ev[:, 1])
+    dt = np.diff(ev[:, 0])
+    return int(dt[busy[:-1] >= 2].sum())
+
+
+def run_totals(t: Trace) -> dict:
+    """One run's totals (TIMES and COUNTS, ns and counts) and its graphs' split structure."""
+    c = t.calls
+    kind = c["kind"].astype(str)
+    graphs = c[kind == "sched_graph_compute"]
+    dev = best_device_intervals(t.device)
+    dev = dev[dev["backend"].notna()]
+    t0 = int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min()) if len(c) else 0
+    ends = [int(c["t_end"].max())] if len(c) else [0]
+    if len(dev):
+        ends.append(int(dev["t_end"].max()))
+    wall = max(ends) - t0
+    per_queue = [(g["t_begin"].to_numpy(np.int64), g["t_end"].to_numpy(np.int64))
+                 for _, g in dev.groupby(dev["backend"].astype(str))]
+    busy = sum(_union_ns(b, e) for b, e in per_queue)
+    # a graph is in flight from its host call to the end of its last work on a device
+    g_end = pd.concat([c[["graph", "t_end"]], dev[["graph", "t_end"]]]).dropna().groupby("graph")["t_end"].max()
+    span = graphs.dropna(subset=["graph"]).set_index("graph")["t_begin"]
+    g_end = g_end.reindex(span.index)
+    in_flight = _union_ns(span.to_numpy(np.int64), g_end.fillna(span).to_numpy(np.int64)) if len(span) else 0
+    s = stalls(t)
+    st = stall_totals(s)
+    cp = t.copies
+    structure = (t.splits.dropna(subset=["graph"]).sort_values(["graph", "split"])
+                 .groupby("graph")["backend"].agg(lambda b: ",".join(b.astype(str))))
+    out = {
+        "wall_ns": wall, "host_blocked_ns": st["blocked_ns"], "avoidable_blocked_ns": st["avoidable_blocked_ns"],
+        "device_busy_ns": busy, "device_idle_ns": max(len(per_queue) * wall - busy, 0),
+        "device_overlap_ns": _overlap_ns(per_queue), "in_flight_ns": in_flight,
+        "graphs": int(len(graphs)), "splits": int(len(t.splits)), "copies": int(len(cp)),
+        "copy_bytes": int(cp["bytes"].sum()), "synchronizations": int(kind.isin(["synchronize", "event_synchronize"]).sum()),
+        "event_records": int((kind == "event_record").sum()), "event_waits": int((kind == "event_wait").sum()),
+        "avoidable_waits": st["avoidable_calls"],
+    }
+    return {"totals": out, "structure": structure}
+
+
+def side(traces: list[Trace]) -> dict:
+    """A set of runs: each metric's median and range, and the first run's graph structure."""
+    runs = [run_totals(t) for t in traces]
+    df = pd.DataFrame([r["totals"] for r in runs])
+    return {"runs": len(runs), "median": {k: float(df[k].median()) for k in df},
+            "min": {k: int(df[k].min()) for k in df}, "max": {k: int(df[k].max()) for k in df},
+            "per_run": df, "structure": runs[0]["structure"]}
+
+
+def compare(a: list[Trace], b: list[Trace]) -> dict:
+    """Side A against side B (each a list of loaded runs): JSON-ready, but for the per-run frames."""
+    sa, sb = side(a), side(b)
+    rel = NOISE_REL_ONE if min(sa["runs"], sb["runs"]) == 1 else NOISE_REL
+    diff = {}
+    for k in TIMES + COUNTS:
+        va, vb = sa["median"][k], sb["median"][k]
+        d = {"a": va, "b": vb, "diff": vb - va, "rel": (vb - va) / va if va else None}
+        if k in TIMES:
+            noise = max(rel * va, NOISE_WALL * sa["median"]["wall_ns"], sa["max"][k] - sa["min"][k],
+                        sb["max"][k] - sb["min"][k])
+            d["noise"] = noise
+            d["significant"] = abs(vb - va) > noise
+        else:
+            d["significant"] = vb != va
+        diff[k] = d
+    ga, gb = sa["structure"], sb["structure"]
+    both = ga.index.intersection(gb.index)
+    differing = [int(g) for g in both if ga[g] != gb[g]]
+    return {
+        "a": {"runs": sa["runs"], "totals": sa["median"], "min": sa["min"], "max": sa["max"]},
+        "b": {"runs": sb["runs"], "totals": sb["median"], "min": sb["min"], "max": sb["max"]},
+        "diff": diff, "noise_rel": rel, "noise_wall": NOISE_WALL,
+        "graphs": {"a": int(len(ga)), "b": int(len(gb)), "aligned": int(len(both)),
+                   "split_structure_differs": differing[:50], "split_structure_differs_count": len(differing)},
+    }
+
+
+def format_compare(r: dict, label_a: str, label_b: str) -> str:
+    """The comparison as a text table."""
+    ms = lambda ns: f"{ns / 1e6:10.3f} ms"
+    lines = [f"A: {label_a} ({r['a']['runs']} run(s))", f"B: {label_b} ({r['b']['runs']} run(s))",
+             f"times: medians; a difference counts (*) beyond the noise bound ({r['noise_rel']:.0%} of A, "
+             f"{r['noise_wall']:.0%} of A's wall time, or either side's spread)", f"{'':24} {'A':>13} {'B':>13} {'B - A':>13} {'':>8}"]
+    for k in TIMES:
+        d = r["diff"][k]
+        rel = f"{d['rel']:+.1%}" if d["rel"] is not None else ""
+        mark = "  *" if d["significant"] else ""
+        lines.append(f"{k:24} {ms(d['a'])} {ms(d['b'])} {ms(d['diff'])} {rel:>8}{mark}")
+    for k in COUNTS:
+        d = r["diff"][k]
+        mark = "  *" if d["significant"] else ""
+        lines.append(f"{k:24} {d['a']:13.0f} {d['b']:13.0f} {d['diff']:+13.0f}{mark}")
+    g = r["graphs"]
+    lines.append(f"graphs: A {g['a']}, B {g['b']}, aligned by sequence number {g['aligned']}; "
+                 f"split structure differs in {g['split_structure_differs_count']}")
+    return "\n".join(lines)
