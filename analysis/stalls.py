@@ -35,7 +35,7 @@ STALL_COLUMNS = STALLS  # the stalls frame's columns and dtypes (analysis/schema
 def stalls(t: Trace) -> pd.DataFrame:
     """The stalls frame of a loaded trace (STALL_COLUMNS), in time order."""
     m = _Model(t)
-    parts = [m.waits_on(q) for q in sorted(m.queues)] + [m.sync_copies()]
+    parts = [m.waits_on(q) for q in m.queues] + [m.sync_copies()]
     parts = [p for p in parts if len(p)]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=d) for c, d in STALL_COLUMNS.items()})
@@ -58,73 +58,102 @@ def _boundaries(t: Trace, s: pd.DataFrame) -> np.ndarray:
     return inside.fillna(between).to_numpy(object)
 
 
+def _codes_of(cats: pd.Index, names) -> np.ndarray:
+    """The category codes of `names` (those present)."""
+    idx = cats.get_indexer(list(names))
+    return idx[idx >= 0]
+
+
 class _Model:
-    """The calls as arrays: who runs each queued call, when it ended on its device, where each
-    wait drains to."""
+    """The calls as arrays (kinds and backends as category codes): who runs each queued call, when
+    it ended on its device, where each wait drains to."""
 
     def __init__(self, t: Trace):
         c = t.calls
         self.ids = c["call_id"].to_numpy(np.uint64)
-        self.kind = c["kind"].astype(object).to_numpy()
-        self.backend = c["backend"].astype(object).to_numpy()
+        self.kcats = pd.Index(c["kind"].cat.categories)
+        self.kc = c["kind"].cat.codes.to_numpy(np.int64)
+        self.bcats = pd.Index(c["backend"].cat.categories)
+        self.bc = c["backend"].cat.codes.to_numpy(np.int64)  # -1: no backend
+        self.knames = np.asarray(self.kcats, dtype=object)
+        self.bnames = np.append(np.asarray(self.bcats, dtype=object), None)  # code -1: none
         self.thread = c["thread"].to_numpy(np.int64)
         self.t_begin = c["t_begin"].to_numpy(np.int64)
         self.t_end = c["t_end"].to_numpy(np.int64)
         self.graph = c["graph"].astype("Int64").array
         self.split = c["split"].astype("Int64").array
+        self.g = self.graph.to_numpy(dtype=np.int64, na_value=-1)  # for words
+        self.sp = self.split.to_numpy(dtype=np.int64, na_value=-1)
         be = t.backends
         flags = (be["has_async"] | be["has_events"]).tolist()
-        self.queues = {n for n, f in zip(backend_labels(be), flags) if f}
-        on_queue = np.isin(self.backend, list(self.queues))
+        self.queues = sorted(set(_codes_of(self.bcats, [n for n, f in zip(backend_labels(be), flags) if f]).tolist()))
+        on_queue = np.isin(self.bc, self.queues)
+        index = pd.Index(self.ids)
+        a = t.accesses
+        a_call = index.get_indexer(a["call_id"].to_numpy(np.uint64))
+        keep = a_call >= 0
+        self.a_call = a_call[keep]
         # queued work, and the queue that runs it: a copy from another queue runs on the source's,
         # and the destination waits for it (a declined copy queued nothing: it has no accesses)
-        has_acc = np.isin(self.ids, t.accesses["call_id"].to_numpy(np.uint64))
-        may_decline = np.isin(self.kind, ["cpy_tensor_async", "comm_allreduce"])
-        self.queued = np.isin(self.kind, QUEUED_KINDS) & on_queue & (has_acc | ~may_decline)
-        backend2 = c["backend2"].astype(object).to_numpy()
-        self.peer = (self.queued & (self.kind == "cpy_tensor_async") & np.isin(backend2, list(self.queues))
-                     & (backend2 != self.backend))
-        self.runs_on = np.where(self.peer, backend2, self.backend)
+        has_acc = np.bincount(self.a_call, minlength=len(c)) > 0
+        may_decline = self.kind_in(["cpy_tensor_async", "comm_allreduce"])
+        self.queued = self.kind_in(QUEUED_KINDS) & on_queue & (has_acc | ~may_decline)
+        b2 = self.bcats.get_indexer(c["backend2"].cat.categories)  # backend2's codes in backend's
+        bc2 = np.where(c["backend2"].cat.codes.to_numpy() >= 0, b2[c["backend2"].cat.codes.to_numpy()], -1)
+        self.peer = (self.queued & self.kind_in(["cpy_tensor_async"]) & np.isin(bc2, self.queues)
+                     & (bc2 != self.bc))
+        self.runs_on = np.where(self.peer, bc2, self.bc)
         dev = best_device_intervals(t.device)
-        ends = dev.groupby("call_id")["t_end"].max() if len(dev) else pd.Series(dtype="int64")
-        self.dev_end = pd.Series(self.ids).map(ends).to_numpy(dtype=float)  # NaN: no device time
+        self.dev_end = np.full(len(c), np.nan)  # NaN: no device time
+        if len(dev):
+            ends = dev.groupby("call_id")["t_end"].max()
+            pos = index.get_indexer(ends.index.to_numpy(np.uint64))
+            self.dev_end[pos[pos >= 0]] = ends.to_numpy(np.float64)[pos >= 0]
         # each wait, the queue it drains and the point it drains to
-        self.is_wait = np.isin(self.kind, WAIT_KINDS) & on_queue
-        self.drains = self.backend.copy()
+        self.is_wait = self.kind_in(WAIT_KINDS) & on_queue
+        self.drains = self.bc.copy()
         self.point = self.t_begin.copy()
-        self.event_source = np.full(len(c), None, dtype=object)  # event_wait: where its event was recorded
-        self._events(t.sync)
-        a = t.accesses
-        self.a_call = pd.Index(self.ids).get_indexer(a["call_id"].to_numpy(np.uint64))
-        keep = self.a_call >= 0
-        self.a_call = self.a_call[keep]
+        self.event_source = np.full(len(c), -1, np.int64)  # event_wait: where its event was recorded
+        self._events(t.sync, index)
         self.a_buf = a["buffer"].to_numpy(np.uint64)[keep]
         self.a_off = a["offset"].to_numpy(np.uint64)[keep]
         self.a_end = a["end"].to_numpy(np.uint64)[keep]
-        self.a_write = (a["mode"].astype(object) == "write").to_numpy()[keep]
-        self.a_tensor = a["tensor"].astype(object).to_numpy()[keep]
+        modes = pd.Index(a["mode"].cat.categories)
+        self.a_write = (a["mode"].cat.codes.to_numpy() == modes.get_indexer(["write"])[0])[keep]
+        self.a_tcats = np.asarray(a["tensor"].cat.categories, dtype=object)
+        self.a_tc = a["tensor"].cat.codes.to_numpy(np.int64)[keep]
 
-    def _events(self, ev: pd.DataFrame):
+    def kind_in(self, names) -> np.ndarray:
+        return np.isin(self.kc, _codes_of(self.kcats, names))
+
+    def kind_name(self, i):
+        return self.knames[self.kc[i]]
+
+    def backend_name(self, codes):
+        return self.bnames[codes]
+
+    def _events(self, ev: pd.DataFrame, index: pd.Index):
         """An event_synchronize drains the queue of the event's latest record, up to that record;
         an event_wait makes its queue wait for that record's queue."""
         # an event never recorded: its synchronize returns at once and drains nothing
-        self.point[self.kind == "event_synchronize"] = np.iinfo(np.int64).min
+        self.point[self.kind_in(["event_synchronize"])] = np.iinfo(np.int64).min
         rec = ev[ev["kind"] == "event_record"].dropna(subset=["event"])
         use = ev[ev["kind"].isin(["event_synchronize", "event_wait"])].dropna(subset=["event"])
         if len(rec) == 0 or len(use) == 0:
             return
-        rec = rec[["event", "t_begin", "backend"]].rename(columns={"t_begin": "rec_t", "backend": "rec_backend"})
+        rec = pd.DataFrame({"event": rec["event"].to_numpy(np.uint64), "rec_t": rec["t_begin"].to_numpy(np.int64),
+                            "rec_b": self.bcats.get_indexer(rec["backend"].astype(object))})
         got = pd.merge_asof(use[["call_id", "kind", "event", "t_begin"]].astype({"event": "uint64"}),
-                            rec.astype({"event": "uint64"}).sort_values("rec_t"), left_on="t_begin",
-                            right_on="rec_t", by="event", direction="backward").dropna(subset=["rec_t"])
-        pos = pd.Index(self.ids).get_indexer(got["call_id"].to_numpy(np.uint64))
-        src = got["rec_backend"].astype(object).to_numpy()
+                            rec.sort_values("rec_t"), left_on="t_begin", right_on="rec_t", by="event",
+                            direction="backward").dropna(subset=["rec_t"])
+        pos = index.get_indexer(got["call_id"].to_numpy(np.uint64))
+        src = got["rec_b"].to_numpy(np.int64)
         sync = (got["kind"] == "event_synchronize").to_numpy()
         self.drains[pos[sync]] = src[sync]
         self.point[pos[sync]] = got["rec_t"].to_numpy(np.int64)[sync]
         self.event_source[pos[~sync]] = src[~sync]
 
-    def waits_on(self, q: str) -> pd.DataFrame:
+    def waits_on(self, q: int) -> pd.DataFrame:
         w = np.flatnonzero(self.is_wait & (self.drains == q))
         if len(w) == 0:
             return pd.DataFrame()
@@ -132,18 +161,20 @@ class _Model:
         # the work each wait drains: enqueued on q (or copied into q) up to its point and after the
         # furthest point of the waits before it (an event_synchronize's point can lie far back)
         reach = np.maximum.accumulate(self.point[w])
-        work = np.flatnonzero(self.queued & ((self.runs_on == q) | (self.peer & (self.backend == q))))
+        work = np.flatnonzero(self.queued & ((self.runs_on == q) | (self.peer & (self.bc == q))))
         seg = np.searchsorted(reach, self.t_begin[work], side="left")
         inside = seg < len(w)
         work, seg = work[inside], seg[inside]
         pending = ~(self.dev_end[work] <= self.t_begin[w][seg])  # NaN (no device time): pending
-        wk = pd.DataFrame({"seg": seg, "call": work, "t": self.t_begin[work], "pending": pending,
-                           "other": np.where(self.runs_on[work] != q, self.runs_on[work],
-                                             np.where(self.event_source[work] != q, self.event_source[work], None))})
+        other = np.where(self.runs_on[work] != q, self.runs_on[work],
+                         np.where(self.event_source[work] != q, self.event_source[work], -1))
+        wk = pd.DataFrame({"seg": seg, "call": work, "t": self.t_begin[work], "pending": pending, "other": other})
         g = wk.groupby("seg")
         last = wk.loc[g["t"].idxmax()].set_index("seg")["call"]
         n_pending = g["pending"].sum()
-        via = wk.dropna(subset=["other"]).groupby("seg")["other"].agg(lambda s: ", ".join(sorted(set(s))))
+        pairs = wk.loc[wk["other"] >= 0, ["seg", "other"]].drop_duplicates().sort_values(["seg", "other"])
+        pairs["name"] = self.backend_name(pairs["other"].to_numpy())
+        via = pairs.groupby("seg")["name"].agg(", ".join)
         # accesses after each wait and before the next wait on q that drains at least as far (without
         # this wait, that one would order the same work: the wait is judged on its own), by anything
         # but q's own queue; a wait that reaches less far (an event recorded long ago) drains nothing new
@@ -154,37 +185,40 @@ class _Model:
                              & ~(self.queued & (self.runs_on == q)), busy[np.maximum(after, 0)], -1)
         # judged on the ordering, not on this run's timing: work that happened to be done already
         # still needed the wait, if something after it conflicts
-        needed, conflict = self._conflicts(wk, later_seg)
+        needed, conflict = self._conflicts(wk, later_seg, len(w))
         # a copy into host memory: the program reads what it wrote after the wait, with plain loads
-        # the trace cannot see
-        # (the program's own waits only: inside a graph the scheduler waits for its own reasons)
+        # the trace cannot see (the program's own waits only: inside a graph the scheduler waits for
+        # its own reasons)
         own = pd.Series(self.graph[w]).isna().to_numpy()
-        back = wk[np.isin(self.kind[wk["call"].to_numpy()], READ_BACK_KINDS) & own[wk["seg"].to_numpy()]]
+        calls = wk["call"].to_numpy()
+        back = wk[np.isin(self.kc[calls], _codes_of(self.kcats, READ_BACK_KINDS)) & own[wk["seg"].to_numpy()]]
         back = back.drop_duplicates("seg")
-        back = back[~back["seg"].isin(needed.index)]
-        needed = pd.concat([needed, pd.Series(True, index=back["seg"].to_numpy())])
-        conflict = pd.concat([conflict, pd.Series(
-            [f"the program reads on the host what {self.runs_on[i]} {self.kind[i]} (graph {self.graph[i]}) wrote there"
-             for i in back["call"].tolist()], index=back["seg"].to_numpy(), dtype=object)])
+        back = back[~needed[back["seg"].to_numpy()]]
+        for sg, i in zip(back["seg"].tolist(), back["call"].tolist()):  # a few: the program's own waits
+            needed[sg] = True
+            conflict[sg] = (f"the program reads on the host what {self.backend_name(self.runs_on[i])} "
+                            f"{self.kind_name(i)} (graph {self.graph[i]}) wrote there")
         out = pd.DataFrame({"i": w, "seg": np.arange(len(w))})
         out["last"] = out["seg"].map(last)
         out["pending"] = out["seg"].map(n_pending).fillna(0).astype(np.int64)
         out["via"] = out["seg"].map(via)
-        out["needed"] = out["seg"].isin(needed.index)
-        out["conflict"] = out["seg"].map(conflict)
-        return self._rows(out, q)
+        out["needed"] = needed
+        out["conflict"] = conflict
+        return self._rows(out, self.backend_name(q))
 
-    def _conflicts(self, work: pd.DataFrame, later_seg: np.ndarray):
-        """Per segment: whether an access of its drained work and one of the later calls overlap in
-        bytes, one writing; and the first such pair in words."""
-        seg_of_call = pd.Series(work["seg"].to_numpy(), index=work["call"].to_numpy())
-        d_seg = seg_of_call.reindex(self.a_call).to_numpy()
-        d = np.flatnonzero(~np.isnan(d_seg))
+    def _conflicts(self, work: pd.DataFrame, later_seg: np.ndarray, n: int):
+        """Per segment (n of them): whether an access of its drained work and one of the later calls
+        overlap in bytes, one writing; and the first such pair in words."""
+        needed, conflict = np.zeros(n, bool), np.full(n, None, dtype=object)
+        seg_of_call = np.full(len(self.ids), -1, np.int64)
+        seg_of_call[work["call"].to_numpy()] = work["seg"].to_numpy()
+        d_seg = seg_of_call[self.a_call]
+        d = np.flatnonzero(d_seg >= 0)
         l_seg = later_seg[self.a_call]
         l = np.flatnonzero(l_seg >= 0)
         if len(d) == 0 or len(l) == 0:
-            return pd.Series(dtype=bool), pd.Series(dtype=object)
-        m = pd.DataFrame({"seg": d_seg[d].astype(np.int64), "buf": self.a_buf[d], "d": d}).merge(
+            return needed, conflict
+        m = pd.DataFrame({"seg": d_seg[d], "buf": self.a_buf[d], "d": d}).merge(
             pd.DataFrame({"seg": l_seg[l], "buf": self.a_buf[l], "l": l}), on=["seg", "buf"])
         dd, ll = m["d"].to_numpy(), m["l"].to_numpy()
         cd, cl = self.a_call[dd], self.a_call[ll]
@@ -192,15 +226,18 @@ class _Model:
         hit = ((self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd])
                & (self.a_write[dd] | self.a_write[ll]) & ~same_queue)
         m = m[hit].drop_duplicates("seg")
-        conflict = [f"{self._access(x)} before {self._access(y)}" for x, y in zip(m["d"], m["l"])]
-        return (pd.Series(True, index=m["seg"].to_numpy()),
-                pd.Series(conflict, index=m["seg"].to_numpy(), dtype=object))
+        sg = m["seg"].to_numpy()
+        needed[sg] = True
+        conflict[sg] = [f"{self._access(x)} before {self._access(y)}" for x, y in zip(m["d"], m["l"])]
+        return needed, conflict
 
     def _access(self, a: int) -> str:
         ci = self.a_call[a]
-        what = f"split {self.split[ci]}" if self.kind[ci] == "graph_compute" else str(self.kind[ci])
+        kind = self.kind_name(ci)
+        what = f"split {self.sp[ci]}" if kind == "graph_compute" else str(kind)
         mode = "writes" if self.a_write[a] else "reads"
-        return f"{self.runs_on[ci]} {what} (graph {self.graph[ci]}) {mode} {self.a_tensor[a]}"
+        tensor = self.a_tcats[self.a_tc[a]] if self.a_tc[a] >= 0 else "?"
+        return f"{self.bnames[self.runs_on[ci]]} {what} (graph {self.g[ci]}) {mode} {tensor}"
 
     def _rows(self, out: pd.DataFrame, q) -> pd.DataFrame:
         i = out["i"].to_numpy()
@@ -209,11 +246,11 @@ class _Model:
         li = last.fillna(0).to_numpy(np.int64)
         end = self.dev_end[li]
         return pd.DataFrame({
-            "call_id": self.ids[i], "kind": self.kind[i], "thread": self.thread[i], "t_begin": self.t_begin[i],
+            "call_id": self.ids[i], "kind": self.kind_name(i), "thread": self.thread[i], "t_begin": self.t_begin[i],
             "t_end": self.t_end[i], "blocked_ns": self.t_end[i] - self.t_begin[i], "backend": q,
             "graph": self.graph[i], "split": self.split[i],
             "waited_call_id": _masked(self.ids[li], has, "UInt64"),
-            "waited_kind": np.where(has, self.kind[li], None),
+            "waited_kind": np.where(has, self.kind_name(li), None),
             "waited_graph": _masked(self.graph[li], has, "Int64"),
             "waited_split": _masked(self.split[li], has, "Int64"),
             "waited_end": _masked(np.nan_to_num(end).astype(np.int64), has & ~np.isnan(end), "Int64"),
@@ -223,11 +260,11 @@ class _Model:
         })
 
     def sync_copies(self) -> pd.DataFrame:
-        i = np.flatnonzero(np.isin(self.kind, SYNC_COPY_KINDS))
+        i = np.flatnonzero(self.kind_in(SYNC_COPY_KINDS))
         n = len(i)
         return pd.DataFrame({
-            "call_id": self.ids[i], "kind": self.kind[i], "thread": self.thread[i], "t_begin": self.t_begin[i],
-            "t_end": self.t_end[i], "blocked_ns": self.t_end[i] - self.t_begin[i], "backend": self.backend[i],
+            "call_id": self.ids[i], "kind": self.kind_name(i), "thread": self.thread[i], "t_begin": self.t_begin[i],
+            "t_end": self.t_end[i], "blocked_ns": self.t_end[i] - self.t_begin[i], "backend": self.backend_name(self.bc[i]),
             "graph": self.graph[i], "split": self.split[i],
             "waited_call_id": pd.array([pd.NA] * n, dtype="UInt64"), "waited_kind": [None] * n,
             "waited_graph": pd.array([pd.NA] * n, dtype="Int64"), "waited_split": pd.array([pd.NA] * n, dtype="Int64"),
