@@ -99,7 +99,7 @@ $(MODEL): scripts/make_tiny_model.py | $(VENV)/.installed
 	$(VPY) scripts/make_tiny_model.py $@
 
 demo: setup
-	$(VPY) -m tracer.demo
+	$(VPY) -m ggml_trace.tracer.demo
 
 test: setup
 	$(VPY) -m pytest -q tests

@@ -6,7 +6,7 @@ it on the same queue or stream, the moment the host had enqueued the delay). A v
 device_exec records time its queue; CUPTI's kernel and copy records time a CUDA stream. For a
 host delay, the stall is the targeted call's start minus the injection (the submission delay).
 
-    python -m analysis.delay TRACE [--tolerance 0.1]   # prints the table; exit 1 if any is off
+    python -m ggml_trace.analysis.delay TRACE [--tolerance 0.1]   # prints the table; exit 1 if any is off
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def delay_stalls(trace) -> pd.DataFrame:
 def main(argv=None) -> int:
     from .load import load
 
-    ap = argparse.ArgumentParser(prog="python -m analysis.delay", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m ggml_trace.analysis.delay", description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--tolerance", type=float, default=0.10, help="allowed |error| (default: %(default)s)")
     args = ap.parse_args(argv)

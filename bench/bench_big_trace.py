@@ -27,7 +27,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
-from analysis.trace_file import (CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,  # noqa: E402
+from ggml_trace.analysis.trace_file import (CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,  # noqa: E402
                                  HEADER_SIZE, NONE32, RECORD_SIZE, REC_ACCESS, REC_CALL, REC_CLOCK,
                                  SLOTS_PER_CHUNK, ACCESS_DTYPE, chunk_bytes, read_trace_file,
                                  records_before_first_zero)
@@ -117,7 +117,7 @@ def main() -> int:
     args = ap.parse_args()
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if args.trace:
-        from analysis.windows import index_trace
+        from ggml_trace.analysis.windows import index_trace
 
         big, template = args.trace, None
         index = index_trace(big)
@@ -137,7 +137,7 @@ def main() -> int:
     # `ggml-trace races`, writing its own peak RSS (VmHWM) to a file at the end: getrusage would
     # count this process's RSS too (ru_maxrss survives the exec that starts the command).
     peak_file = big + ".peak"
-    cmd = ("import sys; from tracer.cli import main; rc = main(sys.argv[2:]); "
+    cmd = ("import sys; from ggml_trace.tracer.cli import main; rc = main(sys.argv[2:]); "
            f"open(sys.argv[1], 'w').write(str({PEAK_RSS})); sys.exit(rc)")
     r = subprocess.run([sys.executable, "-c", cmd, peak_file, "races", big, "--json", *args.races_args],
                        stdout=subprocess.PIPE, text=True, cwd=args.tree)

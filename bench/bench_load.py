@@ -15,7 +15,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-import analysis  # noqa: E402
+from ggml_trace import analysis  # noqa: E402
 from peak_rss import PEAK_RSS  # noqa: E402
 from tracegen import synth_trace  # noqa: E402
 
@@ -23,7 +23,7 @@ from tracegen import synth_trace  # noqa: E402
 def _load_in_fresh_process(path: str) -> tuple[float, int]:
     """(seconds, peak RSS in bytes) of one load in a new interpreter. The peak is its own VmHWM:
     getrusage would count this process's RSS too (ru_maxrss survives the exec that starts it)."""
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import analysis; "
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ggml_trace import analysis; "
             "t = time.perf_counter(); analysis.load(sys.argv[2]); took = time.perf_counter() - t; "
             f"print(took, {PEAK_RSS})")
     out = subprocess.run([sys.executable, "-c", code, ROOT, path], check=True, capture_output=True, text=True)
@@ -58,7 +58,7 @@ def main() -> None:
         # is all new, and page faults cost a share of the load that repeated loads do not pay.
         fresh = sorted(_load_in_fresh_process(path) for _ in range(args.repeat))
     try:  # the thread pool (analysis/threads.py); a tree from before it has none
-        from analysis.threads import thread_count
+        from ggml_trace.analysis.threads import thread_count
         print(f"events: {events:,}, loader threads: {thread_count()}")
     except ImportError:
         print(f"events: {events:,}")

@@ -23,8 +23,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-import analysis  # noqa: E402
-from analysis.trace_file import (  # noqa: E402
+from ggml_trace import analysis  # noqa: E402
+from ggml_trace.analysis.trace_file import (  # noqa: E402
     ACC_READ, ACC_WRITE, ACCESS_DTYPE, CALL_DTYPE, KIND_IDS, NONE32, REC_ACCESS, REC_CALL,
 )
 from tracegen import TraceBuilder  # noqa: E402
@@ -258,7 +258,7 @@ def main() -> None:
                 assert n == 0, report.findings
             del trace, report
     try:  # the thread pool (analysis/threads.py); a tree from before it has none
-        from analysis.threads import thread_count
+        from ggml_trace.analysis.threads import thread_count
         print(f"events: {events:,}, loader threads: {thread_count()}")
     except ImportError:
         print(f"events: {events:,}")

@@ -15,9 +15,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
-import analysis  # noqa: E402
-from analysis.compare import compare  # noqa: E402
-from analysis.stalls import stalls, totals  # noqa: E402
+from ggml_trace import analysis  # noqa: E402
+from ggml_trace.analysis.compare import compare  # noqa: E402
+from ggml_trace.analysis.stalls import stalls, totals  # noqa: E402
 from bench_races import build_trace  # noqa: E402
 
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from tracegen import synth_trace  # noqa: E402
 
-import analysis  # noqa: E402
+from ggml_trace import analysis  # noqa: E402
 
 # calls -> timeline intervals in synth_trace: every call on its thread row, plus its
 # graph_compute (2/8) on an execution row and its copies (3/8) on a copies row

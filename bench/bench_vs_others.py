@@ -30,7 +30,7 @@ from peak_rss import PEAK_RSS  # noqa: E402
 OURS = """
 import json, sys, time
 sys.path.insert(0, {root!r})
-from analysis import load
+from ggml_trace.analysis import load
 t = time.perf_counter()
 trace = load({path!r})
 took = time.perf_counter() - t

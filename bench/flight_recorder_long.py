@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis import load, races  # noqa: E402
-from tracer import programs, snapshots  # noqa: E402
+from ggml_trace.analysis import load, races  # noqa: E402
+from ggml_trace.tracer import programs, snapshots  # noqa: E402
 
 
 def main() -> int:

@@ -15,9 +15,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from analysis.frames import _Loader  # noqa: E402
-from analysis.threads import thread_count  # noqa: E402
-from analysis.trace_file import read_trace_file  # noqa: E402
+from ggml_trace.analysis.frames import _Loader  # noqa: E402
+from ggml_trace.analysis.threads import thread_count  # noqa: E402
+from ggml_trace.analysis.trace_file import read_trace_file  # noqa: E402
 from tracegen import synth_trace  # noqa: E402
 
 

@@ -13,7 +13,7 @@ fi
 # The tree's own identity (scripts/source_identity.sh): llama.cpp's CMake asks git, which for a
 # tree without a repository of its own would answer with an enclosing one (this project's).
 identity=()
-read -r number commit how < <("$(dirname "$0")/source_identity.sh" "$src")
+read -r number commit how < <(bash "$(dirname "$0")/source_identity.sh" "$src")
 if [ "$how" = sdist ] || [ "$how" = none ]; then  # not a git checkout of its own
   export GIT_CEILING_DIRECTORIES=$(dirname "$(realpath "$src")")
   identity=(-DLLAMA_BUILD_NUMBER="$number" -DLLAMA_BUILD_COMMIT="$commit")

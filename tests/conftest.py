@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from tracer import programs  # noqa: E402
+from ggml_trace.tracer import programs  # noqa: E402
 
 BUILDS = programs.PINNED
 API_VERSION = {"b10524": 2, "b10531": 2, "b11434": 3}

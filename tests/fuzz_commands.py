@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracer.cli import main  # noqa: E402
+from ggml_trace.tracer.cli import main  # noqa: E402
 
 
 class Timeout(Exception):

@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from analysis import load
+from ggml_trace.analysis import load
 from conftest import ggml_trace
-from tracer import hooks as hooks_mod
-from tracer import programs
+from ggml_trace.tracer import hooks as hooks_mod
+from ggml_trace.tracer import programs
 
 UNPINNED = "b10502"  # upstream, before the fix of #23321 (b10524 is the pinned one before it)
 

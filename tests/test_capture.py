@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import load
+from ggml_trace.analysis import load
 from conftest import API_VERSION, BUILDS, completion_cmd, ggml_trace, built_program, simple_cmd
-from tracer import programs
+from ggml_trace.tracer import programs
 
 
 @pytest.mark.parametrize("build", BUILDS)
@@ -212,7 +212,7 @@ def test_hooks_for_another_ggml_refuse_and_run_untraced(model, tmp_path):
 
 def test_python_process_marks_and_ranges(tmp_path):
     out = tmp_path / "py.ggmltrace"
-    script = ("import tracer, time\n"
+    script = ("import time\nfrom ggml_trace import tracer\n"
               "assert tracer.is_active()\n"
               "with tracer.range('prompt 3'):\n    time.sleep(0.01)\n"
               "tracer.mark('done')\ntracer.flush()\n")

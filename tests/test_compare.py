@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis import load
-from analysis.compare import NOISE_REL_ONE, compare
-from analysis.stalls import stalls
+from ggml_trace.analysis import load
+from ggml_trace.analysis.compare import NOISE_REL_ONE, compare
+from ggml_trace.analysis.stalls import stalls
 from conftest import ggml_trace
-from tracer import scenario
+from ggml_trace.tracer import scenario
 
 DATA = Path(__file__).parent / "data"
 RUNS = 3
@@ -108,7 +108,7 @@ def test_llama_layer_split_with_a_tensor_override(model, tmp_path):
     parallelism off, the layers still on the devices): stalls names the host blocked at split
     boundaries on the previous device, through the copy queued first; with user inputs copied first
     those stalls are gone, and the output is the same."""
-    from tracer import programs
+    from ggml_trace.tracer import programs
 
     out, texts = {}, {}
     for build in ("b11434", "b11434-inputsfirst"):

@@ -7,11 +7,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from analysis import load
-from analysis.delay import delay_stalls
+from ggml_trace.analysis import load
+from ggml_trace.analysis.delay import delay_stalls
 from conftest import built_program, ggml_trace
 from test_load import check_dtypes
-from tracer import delay_spec, programs
+from ggml_trace.tracer import delay_spec, programs
 
 BUILD = "b10531"
 MS = 1_000_000
@@ -244,9 +244,9 @@ def test_cuda_spin_kernel_delays_are_within_ten_percent_on_an_h200():
 
 
 def test_delays_in_the_timeline_the_exports_and_the_report(tmp_path):
-    from analysis.export import export_parquet, perfetto_events
-    from analysis.report import report_html
-    from analysis.timeline import timeline
+    from ggml_trace.analysis.export import export_parquet, perfetto_events
+    from ggml_trace.analysis.report import report_html
+    from ggml_trace.analysis.timeline import timeline
 
     t, _ = record(tmp_path, "views", scenario_exe(), "cpu-async-cpu", "--seed", "1",
                   delay=["VDEV0:graph_compute,split=1:3000", "CPU:graph_compute,split=2:1000"], vdev=True)

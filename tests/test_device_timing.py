@@ -4,10 +4,10 @@ import os
 
 import numpy as np
 
-import analysis
-from analysis import load
+from ggml_trace import analysis
+from ggml_trace.analysis import load
 from conftest import completion_cmd, ggml_trace
-from tracer import scenario
+from ggml_trace.tracer import scenario
 
 ENQUEUE_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async"]
 

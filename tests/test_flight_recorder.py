@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from conftest import built_program, ggml_trace
 
-from analysis import load
-from analysis.ring import _window_start
-from analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_trace_file
-from tracer import snapshots
+from ggml_trace.analysis import load
+from ggml_trace.analysis.ring import _window_start
+from ggml_trace.analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_trace_file
+from ggml_trace.tracer import snapshots
 
 RING_WRITER = built_program("b10531", "ring-writer")
 SCHED_LOOP = built_program("b10531", "sched-loop")
@@ -230,7 +230,7 @@ def test_record_ring_on_a_real_program_with_check_signal_and_snapshot(tmp_path):
 
 def test_snapshot_from_python_inside_the_traced_process(tmp_path):
     out = tmp_path / "py.ggmltrace"
-    code = ("import tracer; tracer.mark('before'); print(tracer.snapshot()); tracer.mark('after')")
+    code = ("from ggml_trace import tracer; tracer.mark('before'); print(tracer.snapshot()); tracer.mark('after')")
     r = ggml_trace("record", "--ring", "1", "-o", out, "--hooks",
                    built_program("b10531", "libggml-trace-hooks.so"), "--", sys.executable, "-c", code,
                    env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))

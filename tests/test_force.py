@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from tracegen import TraceBuilder
 
-import analysis
-from analysis import race_match
-from analysis.trace_file import BUF_ALLOCATED
+from ggml_trace import analysis
+from ggml_trace.analysis import race_match
+from ggml_trace.analysis.trace_file import BUF_ALLOCATED
 from conftest import completion_cmd, ggml_trace
-from tracer import force, programs
-from tracer.record import record
-from tracer.vulkan_runs import FINAL_LINE
+from ggml_trace.tracer import force, programs
+from ggml_trace.tracer.record import record
+from ggml_trace.tracer.vulkan_runs import FINAL_LINE
 
 RUNS = 3
 

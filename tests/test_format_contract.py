@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import trace_file as tf
-from analysis.schema import ANALYSIS_FRAMES, FRAMES
+from ggml_trace.analysis import trace_file as tf
+from ggml_trace.analysis.schema import ANALYSIS_FRAMES, FRAMES
 
 HEADER = Path(__file__).resolve().parents[1] / "native_hooks" / "trace_format.h"
 
@@ -101,7 +101,7 @@ def test_the_dataframe_docs_match_the_schema():
 
 def test_every_call_kind_has_its_groups_and_colour():
     """analysis/kinds.py: one table of kinds; a kind the header adds must be given a row."""
-    from analysis.kinds import GPU_KINDS, KINDS, kinds_in
+    from ggml_trace.analysis.kinds import GPU_KINDS, KINDS, kinds_in
 
     assert set(KINDS) == set(tf.CALL_KINDS.values()) | set(GPU_KINDS)
     assert all(len(colour) == 7 and colour.startswith("#") for _, colour in KINDS.values())

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import analysis
-from analysis import TraceFormatError
-from analysis.trace_file import (
+from ggml_trace import analysis
+from ggml_trace.analysis import TraceFormatError
+from ggml_trace.analysis.trace_file import (
     CHUNK_SIZE, HEADER_SIZE, RECORD_DTYPES, RECORD_SIZE, _valid_record_mask,
 )
 from test_load import check_dtypes

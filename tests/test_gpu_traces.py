@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-import analysis
+from ggml_trace import analysis
 from test_load import check_dtypes
 
 DATA = Path(__file__).parent / "data"
@@ -77,7 +77,7 @@ def test_cupti_activity_is_tied_to_the_calls_that_launched_it(name):
 
 @pytest.mark.parametrize("name", TIMED)
 def test_event_watcher_agrees_with_cupti(name):
-    from analysis.device_timing import accuracy, compare_sources
+    from ggml_trace.analysis.device_timing import accuracy, compare_sources
 
     diff = compare_sources(analysis.load(DATA / f"{name}.ggmltrace"))
     a = accuracy(diff)
@@ -122,7 +122,7 @@ def test_the_watcher_flags_the_ends_it_saw_late():
     # -ngl 2 -nkvo: the CPU splits keep every core busy with the CPU backend's threads, and the
     # watcher often gets to an end event only after it passed. It says so (end_late), and then
     # its end is an upper bound; the ends it saw pass agree with CUPTI.
-    from analysis.device_timing import accuracy, compare_sources
+    from ggml_trace.analysis.device_timing import accuracy, compare_sources
 
     diff = compare_sources(analysis.load(DATA / "cuda-b11434-partial-nkvo-1gpu-timed.ggmltrace"))
     late = diff[diff["end_late"]]

@@ -17,17 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import analysis
-from analysis import TraceFormatError
-from analysis.trace_file import (
+from ggml_trace import analysis
+from ggml_trace.analysis import TraceFormatError
+from ggml_trace.analysis.trace_file import (
     CALL_DTYPE, CHUNK_SIZE, GPU_DTYPE, GPU_KERNEL, HEADER_SIZE, META_DTYPE, REC_CALL, REC_GPU,
     RECORD_DTYPES, RECORD_SIZE, read_trace_file,
 )
 from conftest import completion_cmd, ggml_trace, simple_cmd
 from test_fuzz import _offsets
 from tracegen import TraceBuilder
-from tracer import programs
-from tracer.cli import main
+from ggml_trace.tracer import programs
+from ggml_trace.tracer.cli import main
 
 pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
 
@@ -109,9 +109,9 @@ def test_numpy25_rule_is_emulated(numpy25_where):
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.ggmltrace")), ids=lambda p: p.stem)
 def test_every_committed_trace_under_numpy25_rules(numpy25_where, path, tmp_path):
-    from analysis.export import perfetto_events
-    from analysis.report import report_html
-    from analysis.timeline import timeline
+    from ggml_trace.analysis.export import perfetto_events
+    from ggml_trace.analysis.report import report_html
+    from ggml_trace.analysis.timeline import timeline
 
     t = analysis.load(path)
     t.summary()
@@ -222,14 +222,14 @@ def test_an_unexpected_error_is_one_line(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sys.modules["analysis.races"], "races", boom)
+    monkeypatch.setattr(sys.modules["ggml_trace.analysis.races"], "races", boom)
     rc, _, err = cli(capsys, "races", PLAIN)
     line = one_error_line(err, "races")
     assert rc == 2 and str(PLAIN) in line and "RuntimeError: boom" in line
 
 
 def test_failed_output_leaves_no_file(tmp_path, capsys, monkeypatch):
-    import analysis.report  # noqa: F401  (loaded, to be patched)
+    import ggml_trace.analysis.report  # noqa: F401  (loaded, to be patched)
 
     out = tmp_path / "r.html"
     out.write_text("the previous report")
@@ -237,7 +237,7 @@ def test_failed_output_leaves_no_file(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise MemoryError()
 
-    monkeypatch.setattr(sys.modules["analysis.report"], "report_html", boom)
+    monkeypatch.setattr(sys.modules["ggml_trace.analysis.report"], "report_html", boom)
     rc, _, err = cli(capsys, "report", PLAIN, "-o", out)
     assert rc == 2 and "out of memory" in one_error_line(err, "report")
     assert out.read_text() == "the previous report"  # untouched, not emptied
@@ -378,7 +378,7 @@ def test_sigkill_keeps_every_event_seen_live(model, tmp_path):
 
 def test_a_missing_package_is_named_not_blamed_on_the_trace(tmp_path):
     """A reading command on a host without plotly (the GPU hosts have none) says what to install."""
-    code = ("import sys; sys.modules['plotly'] = None; from tracer.cli import main; "
+    code = ("import sys; sys.modules['plotly'] = None; from ggml_trace.tracer.cli import main; "
             f"sys.exit(main(['timeline', {str(DATA / 'cuda-b10531-layer-2gpu.ggmltrace')!r}, '-o', "
             f"{str(tmp_path / 't.html')!r}]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

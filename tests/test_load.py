@@ -7,9 +7,9 @@ import pytest
 
 from tracegen import TraceBuilder, string_id, synth_trace
 
-from analysis.schema import FRAMES
-from analysis import Trace, TraceFormatError, load, summarize
-from analysis.trace_file import (
+from ggml_trace.analysis.schema import FRAMES
+from ggml_trace.analysis import Trace, TraceFormatError, load, summarize
+from ggml_trace.analysis.trace_file import (
     BUF_ALLOCATED, BUF_FREED, BUF_SEEN, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, INCOMPLETE_STRING,
     REC_CALL, RECORD_SIZE, TickClock, read_trace_file,
 )
@@ -540,7 +540,7 @@ def test_dtypes_match_c_header(tmp_path):
     import shutil
     import subprocess
 
-    from analysis import trace_file
+    from ggml_trace.analysis import trace_file
 
     cxx = shutil.which("g++") or shutil.which("clang++")
     if not cxx:

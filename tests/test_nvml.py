@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis
-from analysis import load
-from analysis.trace_file import CHUNK_SIZE, HEADER_SIZE, NONE32, RECORD_SIZE, read_header, read_trace_file
+from ggml_trace import analysis
+from ggml_trace.analysis import load
+from ggml_trace.analysis.trace_file import CHUNK_SIZE, HEADER_SIZE, NONE32, RECORD_SIZE, read_header, read_trace_file
 from conftest import built_program, ggml_trace
-from tracer import record
-from tracer.nvml import METRICS, NvmlSampler, Samples
-from tracer.trace_append import append
+from ggml_trace.tracer import record
+from ggml_trace.tracer.nvml import METRICS, NvmlSampler, Samples
+from ggml_trace.tracer.trace_append import append
 
 LOOPS = 300  # sched-loop graphs: enough records for several chunks (~0.2 s)
 

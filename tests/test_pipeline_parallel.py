@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import analysis
-from analysis import load
+from ggml_trace import analysis
+from ggml_trace.analysis import load
 from conftest import ggml_trace
-from tracer import programs, scenario
+from ggml_trace.tracer import programs, scenario
 
 DATA = Path(__file__).parent / "data"
 FIXED = "b11434-ppfix"    # make setup: b11434 + patches/pipeline-host-reads.patch

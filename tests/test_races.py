@@ -14,12 +14,12 @@ import pytest
 
 from tracegen import TraceBuilder
 
-from analysis import RaceReport, load, races
-from analysis.race_report import missing_words
-from analysis.races import format_report
-from analysis.schema import FINDINGS
-from analysis.trace_file import BUF_ALLOCATED, BUF_FREED
-from tracer.cli import main as cli
+from ggml_trace.analysis import RaceReport, load, races
+from ggml_trace.analysis.race_report import missing_words
+from ggml_trace.analysis.races import format_report
+from ggml_trace.analysis.schema import FINDINGS
+from ggml_trace.analysis.trace_file import BUF_ALLOCATED, BUF_FREED
+from ggml_trace.tracer.cli import main as cli
 
 A, B, CPU, RPC = 0, 1, 2, 3             # backend indices
 HBUF, DBUF = 0xB000, 0xD000             # host compute buffer, a buffer on device A
@@ -615,7 +615,7 @@ def test_the_best_observer_of_a_device_interval_decides(tmp_path):
 
 
 def _gpu_records(rows):
-    from analysis.trace_file import GPU_DTYPE, REC_GPU
+    from ggml_trace.analysis.trace_file import GPU_DTYPE, REC_GPU
 
     recs = np.zeros(len(rows), GPU_DTYPE)
     recs["type"] = REC_GPU
@@ -685,7 +685,7 @@ def test_cupti_activity_without_correlation_records_goes_to_the_enclosing_call(t
 def test_the_sort_of_accesses_is_the_stable_sort_of_their_packed_keys(sorted_pos, groups):
     """The analysis sorts accesses by (group, position) with two cheaper sorts where it can;
     the order must be the packed key's stable sort, ties (one call's accesses) included."""
-    from analysis.races import _sort_order
+    from ggml_trace.analysis.races import _sort_order
 
     rng = np.random.default_rng(7)
     n = 200_000

@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-import analysis
-from analysis import load
+from ggml_trace import analysis
+from ggml_trace.analysis import load
 from conftest import completion_cmd, ggml_trace
-from tracer import programs, scenario
+from ggml_trace.tracer import programs, scenario
 
 
 def races_of(path):

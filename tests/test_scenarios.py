@@ -4,9 +4,9 @@ import subprocess
 
 import pytest
 
-from analysis import load
+from ggml_trace.analysis import load
 from conftest import ggml_trace, simple_cmd
-from tracer import programs, scenario
+from ggml_trace.tracer import programs, scenario
 
 RUNS = 100
 

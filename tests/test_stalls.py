@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import load
-from analysis.stalls import STALL_COLUMNS, stalls, totals
+from ggml_trace.analysis import load
+from ggml_trace.analysis.stalls import STALL_COLUMNS, stalls, totals
 from conftest import ggml_trace
-from tracer import scenario
+from ggml_trace.tracer import scenario
 
 DATA = Path(__file__).parent / "data"
 

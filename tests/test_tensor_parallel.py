@@ -6,13 +6,13 @@ import subprocess
 
 import pytest
 
-from analysis import load
-from analysis.allreduce import held_by_delays
-from analysis.races import races
+from ggml_trace.analysis import load
+from ggml_trace.analysis.allreduce import held_by_delays
+from ggml_trace.analysis.races import races
 from conftest import BUILDS, completion_cmd, ggml_trace
 from test_capture import logged_schedules
-from tracer import programs, scenario
-from tracer.vulkan_runs import FINAL_LINE
+from ggml_trace.tracer import programs, scenario
+from ggml_trace.tracer.vulkan_runs import FINAL_LINE
 
 RUNS = 5
 SLOW = 3000.0  # µs per operation on the slowed device

@@ -5,11 +5,11 @@ import subprocess
 
 import pytest
 
-from analysis import load
-from analysis.together import load_together, read_together, rpc_links
+from ggml_trace.analysis import load
+from ggml_trace.analysis.together import load_together, read_together, rpc_links
 from conftest import completion_cmd, ggml_trace
-from tracer import programs
-from tracer.record import record
+from ggml_trace.tracer import programs
+from ggml_trace.tracer.record import record
 
 BUILD = "b10531"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import analysis
-from analysis.races import races
+from ggml_trace import analysis
+from ggml_trace.analysis.races import races
 
 DATA = Path(__file__).parent / "data"
 WAYS = {"none": None, "delay-gpu1": "CUDA1", "delay-gpu0": "CUDA0"}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import analysis
-from analysis.allreduce import held_by_delays
-from analysis.races import races
+from ggml_trace import analysis
+from ggml_trace.analysis.allreduce import held_by_delays
+from ggml_trace.analysis.races import races
 
 DATA = Path(__file__).parent / "data"
 

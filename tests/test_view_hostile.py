@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import analysis
+from ggml_trace import analysis
 from test_views import (  # noqa: F401
     HOSTILE, RENDERED, browser, expected_intervals, hostile_trace, needs_browser, perfetto_rows,
     zoom_timeline,

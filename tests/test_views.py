@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from tracegen import TraceBuilder  # noqa: E402
 
-import analysis  # noqa: E402
-from analysis.kinds import COPY_KINDS  # noqa: E402
-from analysis.trace_file import BUF_ALLOCATED  # noqa: E402
+from ggml_trace import analysis  # noqa: E402
+from ggml_trace.analysis.kinds import COPY_KINDS  # noqa: E402
+from ggml_trace.analysis.trace_file import BUF_ALLOCATED  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
 # Real traces, recorded by the tests themselves (once per session) under build/test-traces/.
@@ -264,7 +264,7 @@ def ggml_trace(*args, **kw):
 def real(path: Path) -> Path:
     """Records the real trace `path` names, the first time a test asks for it."""
     if not path.exists():
-        from tracer import demo, scenario
+        from ggml_trace.tracer import demo, scenario
 
         if path == DEMO:
             RECORDED.mkdir(parents=True, exist_ok=True)
@@ -491,8 +491,8 @@ def test_python_and_browser_views_agree(browser, tmp_path):
     hover texts."""
     from collections import Counter
 
-    from analysis.view_text import StringTables
-    from analysis.timeline import IntervalModel, _classes, _view
+    from ggml_trace.analysis.view_text import StringTables
+    from ggml_trace.analysis.timeline import IntervalModel, _classes, _view
     from tracegen import synth_trace
 
     p = tmp_path / "lod.ggmltrace"
@@ -532,7 +532,7 @@ def test_python_and_browser_views_agree(browser, tmp_path):
 
 
 def _intervals_of(t) -> pd.DataFrame:
-    from analysis.intervals import IntervalModel
+    from ggml_trace.analysis.intervals import IntervalModel
 
     return IntervalModel(t).iv
 
@@ -565,14 +565,14 @@ def test_filters_and_colours(tmp_path):
 
 
 def _Model_iv(t, **kw):
-    from analysis.intervals import IntervalModel
+    from ggml_trace.analysis.intervals import IntervalModel
 
     return IntervalModel(t, **kw).iv
 
 
 def test_arrows_and_race_layer(tmp_path):
     t = analysis.load(hostile_trace(tmp_path / "h.ggmltrace"))
-    from analysis.intervals import IntervalModel
+    from ggml_trace.analysis.intervals import IntervalModel
 
     m = IntervalModel(t)
     ar = m.arrows
@@ -635,7 +635,7 @@ def recorded_with(page: str) -> list[str]:
 
 
 def test_the_report_puts_the_races_before_the_environment():
-    from analysis.report import report_html
+    from ggml_trace.analysis.report import report_html
 
     page = report_html(analysis.load(ROOT / "tests" / "data" / "vulkan-nvidia-b11434-pp-h200.ggmltrace"))
     assert re.findall(r"<h2>([^<]*)</h2>", page) == ["Races", "Environment", "Command", "Summary", "Timeline"]
@@ -655,8 +655,8 @@ LLAMA_SIMPLE = ROOT / "build" / "llama-b11434" / "bin" / "llama-simple"
 def test_recorded_with_reproduces_a_virtual_device_run(tmp_path):
     """The report's record command carries the run's virtual-device settings, device timing and its
     other variables: run again, it records the same settings and gives the same command."""
-    from analysis.report import report_html
-    from tracer import programs
+    from ggml_trace.analysis.report import report_html
+    from ggml_trace.tracer import programs
 
     program = [str(LLAMA_SIMPLE), "-m", str(programs.tiny_model()), "-n", "4", "the of"]
     first = tmp_path / "first"
@@ -827,7 +827,7 @@ def test_perfetto_json_is_valid(tmp_path, which):
 
 
 def test_nesting_against_brute_force():
-    from analysis.export import nesting
+    from ggml_trace.analysis.export import nesting
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -861,8 +861,8 @@ def test_exports_need_no_plotting_library(tmp_path):
     which imports no plotting library: they work where plotly is not installed."""
     code = (
         "import sys; sys.modules['plotly'] = None\n"
-        "from analysis import load\n"
-        "from analysis.export import export_parquet, perfetto_events\n"
+        "from ggml_trace.analysis import load\n"
+        "from ggml_trace.analysis.export import export_parquet, perfetto_events\n"
         f"t = load({str(real(VDEV))!r})\n"
         "n = sum(len(f) for f in perfetto_events(t)['frames'])\n"
         f"files = export_parquet(t, {str(tmp_path / 'pq')!r})\n"

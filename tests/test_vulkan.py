@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis
-from analysis import load
-from analysis.races import format_report, races
+from ggml_trace import analysis
+from ggml_trace.analysis import load
+from ggml_trace.analysis.races import format_report, races
 from test_races import A, US, analyse, builder, findings, reuse_graph
-from tracer import vulkan_runs
-from tracer.hooks import build_root
+from ggml_trace.tracer import vulkan_runs
+from ggml_trace.tracer.hooks import build_root
 
 MARKERS = 2 << 4  # DeviceSource SRC_MARKERS in a device_exec record's flags
 RUNS = 20
@@ -138,7 +138,7 @@ def test_host_times_alone_never_say_latent(tmp_path):
 # -- scheduler scenarios on the real Vulkan device ---------------------------------------------
 
 def test_inputless_reuse_on_real_vulkan_before_and_after_the_fix(tmp_path):
-    from tracer import scenario
+    from ggml_trace.tracer import scenario
     # measured 8/10, 12/20, 9/20, 12/20 corrupt before the fix: the copy often runs in time; once,
     # on a loaded machine, 1/20. Rounds of 20 until 4 corrupt runs (at most 3 rounds).
     rounds = []

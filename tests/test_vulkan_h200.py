@@ -3,7 +3,7 @@
 (bench/gpu/results-h200-2026-11-30/). One run of each is kept here."""
 from pathlib import Path
 
-import analysis
+from ggml_trace import analysis
 
 DATA = Path(__file__).parent / "data"
 

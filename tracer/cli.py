@@ -12,8 +12,8 @@ from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from . import snapshots
 from .record import record, ring_env
-from analysis.allreduce import describe as describe_allreduce
-from analysis.build_info import describe as describe_build
+from ..analysis.allreduce import describe as describe_allreduce
+from ..analysis.build_info import describe as describe_build
 
 
 def cmd_record(args) -> int:
@@ -142,7 +142,7 @@ def cmd_summary(args) -> int:
 
 def _together_summary(trace) -> dict:
     """The processes of traces read together, how their clocks were aligned, and the RPC links."""
-    from analysis.together import rpc_links
+    from ..analysis.together import rpc_links
 
     links = rpc_links(trace).astype(object).where(lambda d: d.notna(), None)
     return dict(processes=trace.processes.to_dict("records"), clock=trace.clock,
@@ -152,7 +152,7 @@ def _together_summary(trace) -> dict:
 def _windowed_summary(args):
     """(summary, warnings, extra JSON fields) counted in graph windows for a trace too large to
     load whole here (or with --windows); None otherwise."""
-    from analysis import windows
+    from ..analysis import windows
 
     if args.graphs or args.more or not read_in_windows(args.file, args.windows):
         return None
@@ -198,7 +198,7 @@ def cmd_scenario(args) -> int:
 
 
 def cmd_races(args) -> int:
-    from analysis.races import format_report, races
+    from ..analysis.races import format_report, races
 
     name = shown(args.file)
     windowed = _windowed(args)
@@ -230,7 +230,7 @@ def cmd_races(args) -> int:
 
 
 def cmd_stalls(args) -> int:
-    from analysis.stalls import stalls, totals, words
+    from ..analysis.stalls import stalls, totals, words
 
     name = shown(args.file)
     trace = load_trace(args)
@@ -278,7 +278,7 @@ def _run_set(spec: str) -> list:
 
 
 def cmd_compare(args) -> int:
-    from analysis.compare import compare, format_compare
+    from ..analysis.compare import compare, format_compare
 
     sides = []
     for spec in (args.a, args.b):
@@ -295,7 +295,7 @@ def cmd_compare(args) -> int:
         sides.append(traces)
     r = compare(*sides)
     if args.output:
-        from analysis.compare_page import write_compare_page
+        from ..analysis.compare_page import write_compare_page
         write_compare_page(sides[0][0], sides[1][0], r, args.a, args.b, args.output)
         say(f"ggml-trace compare: page written to {shown(args.output)}")
     if args.json:
@@ -314,7 +314,7 @@ def cmd_compare(args) -> int:
 def _windowed(args):
     """(report, warnings, damage) of the analysis in graph windows (analysis/windows.py) when
     asked for, or when the trace is too large to analyse whole here; None otherwise."""
-    from analysis import windows
+    from ..analysis import windows
 
     if args.graphs or args.no_windows or not read_in_windows(args.file, args.dask is not None or args.windows):
         return None
@@ -336,7 +336,7 @@ def _windowed(args):
 
 
 def cmd_force(args) -> int:
-    from analysis import TraceFormatError
+    from ..analysis import TraceFormatError
 
     from .force import ForceError, force, format_result
 
@@ -385,6 +385,8 @@ def cmd_register(args) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="ggml-trace", description="Trace ggml's backend scheduler.")
+    from .. import __version__
+    ap.add_argument("--version", action="version", version=f"ggml-trace {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("record", help="run a program under the hooks and write a trace")

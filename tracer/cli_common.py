@@ -52,9 +52,9 @@ def read_in_windows(path, asked: bool = False) -> bool:
     """Whether a command reads `path` in graph windows (analysis/windows.py): asked for, or too
     large to load whole here, and not a flight recorder's file (bounded: always read whole). A
     file that cannot be read says no: the whole-trace path then says what is wrong with it."""
-    from analysis import TraceFormatError, windows
-    from analysis.ring import is_ring
-    from analysis.trace_file import read_header
+    from ..analysis import TraceFormatError, windows
+    from ..analysis.ring import is_ring
+    from ..analysis.trace_file import read_header
 
     try:
         return (asked or windows.is_large(path)) and not is_ring(read_header(path))
@@ -68,14 +68,14 @@ def load_trace(args):
     With more traces (`more`), all of them read together (analysis.together)."""
     more = getattr(args, "more", None) or []
     if more:
-        from analysis.together import read_together
+        from ..analysis.together import read_together
 
         return read_together([_load_path(path, args) for path in [args.file] + more])
     return _load_path(args.file, args)
 
 
 def _load_path(path, args):
-    from analysis import load, windows
+    from ..analysis import load, windows
 
     strict = not getattr(args, "lenient", False)
     large = read_in_windows(path)
@@ -123,7 +123,7 @@ def say_warnings(command: str, trace) -> None:
 
 def error_line(command: str, args, e: BaseException) -> str:
     """The one line that stands for an exception raised while a command read or analysed."""
-    from analysis import TraceFormatError
+    from ..analysis import TraceFormatError
 
     if isinstance(e, TraceFormatError):
         return f"ggml-trace {command}: {printable(e)}"
@@ -131,7 +131,7 @@ def error_line(command: str, args, e: BaseException) -> str:
     if isinstance(e, OSError):
         name = f" ({shown(e.filename)})" if e.filename else ""
         return f"ggml-trace {command}: {where}{e.strerror or e}{name}"
-    from analysis.windows import GraphRangeError
+    from ..analysis.windows import GraphRangeError
 
     if isinstance(e, (TooLarge, GraphRangeError)):
         return f"ggml-trace {command}: {where}{printable(e)}"

@@ -36,7 +36,7 @@ def _default_out(args, suffix: str) -> Path:
 
 
 def cmd_timeline(args) -> int:
-    from analysis.timeline import timeline
+    from ..analysis.timeline import timeline
 
     trace = load_trace(args)
     say_warnings("timeline", trace)
@@ -61,8 +61,8 @@ def cmd_timeline(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from analysis import windows
-    from analysis.export import export_parquet, export_perfetto
+    from ..analysis import windows
+    from ..analysis.export import export_parquet, export_perfetto
 
     if args.format == "parquet" and not args.graphs and not args.more and read_in_windows(args.file, args.windows):
         out = args.output or _default_out(args, "-parquet")
@@ -89,7 +89,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from analysis.report import write_report
+    from ..analysis.report import write_report
 
     trace = load_trace(args)
     say_warnings("report", trace)
@@ -139,7 +139,7 @@ def cmd_view(args) -> int:
     except ImportError:
         have_viz = False
     if not have_viz or args.html:
-        from analysis.timeline import timeline
+        from ..analysis.timeline import timeline
 
         out = tmp / "timeline.html"  # the trace's own name may not be a valid file name here
         timeline(trace).write_html(out)
@@ -150,7 +150,7 @@ def cmd_view(args) -> int:
         if not args.no_browser:
             webbrowser.open(out.as_uri())
         return 0
-    from analysis.export import export_perfetto
+    from ..analysis.export import export_perfetto
 
     js = tmp / "trace.json"
     export_perfetto(trace, js)

@@ -9,7 +9,7 @@
 import sys
 from pathlib import Path
 
-import analysis
+from .. import analysis
 from .hooks import build_root
 from .programs import hooks, program, rpc_server, tiny_model
 from .record import record

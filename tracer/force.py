@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from analysis.load import recorded_env
+from ..analysis.load import recorded_env
 
 from . import delay_spec
 from . import hooks as hooks_mod
@@ -200,7 +200,7 @@ def _peer_copy(side: dict, trace) -> bool:
     """Whether a side is a cpy_tensor_async from another async backend (docs/races.md, rule 7)."""
     if side["kind"] != "cpy_tensor_async":
         return False
-    from analysis.load import backend_labels
+    from ..analysis.load import backend_labels
 
     calls = trace.calls
     src = calls.loc[calls["call_id"] == side["call_id"], "backend2"].astype(object)
@@ -236,8 +236,8 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     when any occurrence did. `log` receives a line per step. Raises ForceError,
     TraceFormatError or OSError."""
     # Imported here: `ggml-trace record` need not wait for pandas.
-    from analysis import load, races
-    from analysis import race_match
+    from ..analysis import load, races
+    from ..analysis import race_match
 
     if runs < 1 or baseline_runs < 0:
         raise ForceError("--runs must be at least 1 and --baseline-runs at least 0")

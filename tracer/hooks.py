@@ -15,15 +15,36 @@ from pathlib import Path
 HOOKS_NAME = "libggml-trace-hooks.so"
 VDEV_NAME = "libggml-trace-vdev.so"  # the virtual devices, beside the hooks (--virtual-devices)
 NAMED = "named builds"  # registry key: {name: bin folder}
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _source_root() -> Path:
+    """What the hooks are built from (CMakeLists.txt, native_hooks/, scenarios/, scripts/): a
+    checkout's root, or the data an installed wheel carries (package ggml_trace.source)."""
+    here = Path(__file__).resolve().parents[1]
+    return here if (here / "native_hooks").is_dir() else here / "source"
+
+
+SOURCE_ROOT = _source_root()
+CHECKOUT = (SOURCE_ROOT / "Makefile").is_file()  # run from a clone of the repository
 
 
 class HooksNotFound(RuntimeError):
     pass
 
 
+def cache_root() -> Path:
+    """The per-user cache (XDG): downloaded sources, hooks built by `ggml-trace build-hooks`."""
+    base = os.environ.get("GGML_TRACE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME",
+                                                                      Path.home() / ".cache")) / "ggml-trace"
+    return Path(base)
+
+
 def build_root() -> Path:
-    return Path(os.environ.get("GGML_TRACE_BUILD_DIR", PROJECT_ROOT / "build"))
+    """Where builds, models and scenario runs live: a checkout's build/ (what `make setup` made),
+    else the per-user cache; GGML_TRACE_BUILD_DIR overrides both."""
+    if os.environ.get("GGML_TRACE_BUILD_DIR"):
+        return Path(os.environ["GGML_TRACE_BUILD_DIR"])
+    return SOURCE_ROOT / "build" if CHECKOUT else cache_root() / "builds"
 
 
 def registry_path() -> Path:

@@ -160,7 +160,7 @@ def _counters_from_ns(path, header: dict, now_ns: int) -> int:
     """The earliest GPU counter reading (CLOCK_MONOTONIC ns) a trace file keeps at `now_ns`: a flight
     recorder keeps the recent past and so do its counters (a time ring twice its time, a size ring
     what its oldest chunk holds, less a second); a plain trace everything from its start."""
-    from analysis.ring import is_ring, oldest_chunk_ns
+    from ..analysis.ring import is_ring, oldest_chunk_ns
 
     t0 = header["t0_monotonic_ns"]
     if header["ring_keep_ns"]:
@@ -181,7 +181,7 @@ def _samples_bound(env: dict, output: Path, sampler: NvmlSampler | None):
         return None
 
     def trim():
-        from analysis.trace_file import TraceFormatError, read_header
+        from ..analysis.trace_file import TraceFormatError, read_header
 
         now = time.monotonic_ns() - 1_000_000_000
         try:
@@ -246,7 +246,7 @@ def add_gpu_counters(traces: list, sampler: NvmlSampler, t_end_ns: int) -> str:
     each trace keeps (_counters_from_ns) up to t_end_ns to every trace. A trace it cannot add them to is left
     as it was. Returns one line saying what happened."""
     # Imported here: the analysis package pulls in pandas, which the program need not wait for.
-    from analysis.trace_file import read_header
+    from ..analysis.trace_file import read_header
 
     from .trace_append import append
 

@@ -48,7 +48,7 @@ def reference(bin_dir: Path, model, n_predict: int, tries: int = 5) -> bytes:
 
 def verdicts(trace: Path) -> list:
     """The races of one trace, each as (a tensor, b tensor, verdict, basis)."""
-    import analysis
+    from .. import analysis
     rep = analysis.races(analysis.load(str(trace)))
     return [{"a": r["a"]["tensor"], "b": r["b"]["tensor"], "a_backend": r["a"]["backend"],
              "b_backend": r["b"]["backend"], "verdict": r["verdict"], "basis": r["basis"],
@@ -62,7 +62,7 @@ def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True
     ref = reference(bin_dir, model, n_predict)
     (out_dir / "reference.txt").write_bytes(ref)
     exe = str(bin_dir / "llama-completion")
-    cli = [sys.executable, "-m", "tracer.cli", "record"]
+    cli = [sys.executable, "-m", "ggml_trace.tracer.cli", "record"]
     env = build_env(bin_dir, GGML_VK_VISIBLE_DEVICES=visible_devices)
     rows, attempts = [], 0
     while len(rows) < runs and attempts < 2 * runs:

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-import analysis
+from ggml_trace import analysis
 
 
 def figures(path: str) -> dict:

@@ -6,7 +6,7 @@
 # docs/gpu.md). Records one run of the model fully offloaded, with
 #   --cupti --delay 'CUDA0:graph_compute,graph=5:2000'   (DELAY_SPEC overrides it)
 # then prints, for each injected delay, the gap on the stream before the targeted kernels and the
-# stall (python -m analysis.delay, also runnable anywhere on the trace it writes). Exit 1 when a
+# stall (python -m ggml_trace.analysis.delay, also runnable anywhere on the trace it writes). Exit 1 when a
 # stall is more than 10 % off the request.
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR MODEL [OUT_DIR]}; model=${2:?usage: $0 BUILD_DIR MODEL [OUT_DIR]}
@@ -22,7 +22,7 @@ if [ -z "${GGML_TRACE_CUPTI_LIB:-}" ]; then
 fi
 echo "libcupti: ${GGML_TRACE_CUPTI_LIB:-none}; rule: $spec"
 trace=$out/delay.ggmltrace
-CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} python3 -m tracer.cli record --hooks "$bin/libggml-trace-hooks.so" \
+CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} python3 -m ggml_trace.tracer.cli record --hooks "$bin/libggml-trace-hooks.so" \
   --cupti --delay "$spec" -o "$trace" -- \
   "$bin/llama-completion" -m "$model" -n 16 -p "the of and" --temp 0 --seed 1 -no-cnv -ngl 99 > "$out/delay.out"
-python3 -m analysis.delay "$trace" --tolerance 0.10
+python3 -m ggml_trace.analysis.delay "$trace" --tolerance 0.10

@@ -83,7 +83,7 @@ trace() {  # trace BUILD NAME GPUS CMD...: traced with device timing + CUPTI (+ 
   local b=$1 name=$2 gpus=$3; shift 3
   local bin=/tmp/b$b/bin
   echo "== b$b $name (CUDA_VISIBLE_DEVICES=$gpus)"
-  CUDA_VISIBLE_DEVICES=$gpus python3 -m tracer.cli record --hooks $bin/libggml-trace-hooks.so --device-timing --cupti \
+  CUDA_VISIBLE_DEVICES=$gpus python3 -m ggml_trace.tracer.cli record --hooks $bin/libggml-trace-hooks.so --device-timing --cupti \
     -o "$out/$name.ggmltrace" -- $bin/"$@" > /tmp/$name.out 2> /tmp/$name.err
   echo "rc=$? $(grep -E '^ggml-trace' /tmp/$name.err | tr '\n' ' ')"
   CUDA_VISIBLE_DEVICES=$gpus $bin/"$@" > /tmp/$name.plain 2>/dev/null

@@ -70,16 +70,16 @@ for prompt in ${PROMPTS:-short long}; do
   for v in orig ppfix; do
     for i in $(seq $runs); do
       t=$out/$prompt-$v-$i
-      LD_LIBRARY_PATH=$w/$v:$b/bin python3 -m tracer.cli record --hooks $w/$v/libggml-trace-hooks.so --device-timing --virtual-devices 1 \
+      LD_LIBRARY_PATH=$w/$v:$b/bin python3 -m ggml_trace.tracer.cli record --hooks $w/$v/libggml-trace-hooks.so --device-timing --virtual-devices 1 \
         -o $t.ggmltrace \
         -- timeout 300 stdbuf -o0 $b/bin/llama-completion -m $model -p "$p" "${gen[@]}" "${batches[@]}" -sm layer \
         -dev Vulkan0,VDEV0 -ts 1,0 > $t.txt 2> $t.log
       # right = the output of Vulkan0 alone (no pipeline; the GPU's arithmetic can differ from the CPU's)
       same=$(cmp -s $t.txt $out/$prompt-vulkan0.txt && echo right || echo WRONG)
-      python3 -m tracer.cli races --json $t.ggmltrace > $t.races.json 2>/dev/null
+      python3 -m ggml_trace.tracer.cli races --json $t.ggmltrace > $t.races.json 2>/dev/null
       python3 - "$t" "$prompt $v run $i: output $same" <<'PY'
 import json, sys
-import analysis
+from ggml_trace import analysis
 t = analysis.load(sys.argv[1] + ".ggmltrace")
 # the scheduler's events exist only with pipeline parallelism (parallel=true, n_copies > 1)
 waits = int((t.calls["kind"].astype(str) == "event_wait").sum())

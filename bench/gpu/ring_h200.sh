@@ -22,7 +22,7 @@ for way in $ways; do
   delay=(); [ $way = delay-gpu1 ] && delay=(--delay 'CUDA1:graph_compute,op=ADD:200')
   case $way in one-gpu) how=(-ngl 99);; partial) how=(-ngl 2);; *) how=(-ngl 99 -sm tensor);; esac
   echo "== $way: llama-bench ${how[*]} under --ring 2 for $secs s"
-  python3 -m tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so --ring 2 --cupti --device-timing \
+  python3 -m ggml_trace.tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so --ring 2 --cupti --device-timing \
     "${delay[@]}" -o $work/$way.ggmltrace -- $bin/llama-bench -m "$model" -p 16 -n 32 -r 1000000 "${how[@]}" \
     > $work/$way.out 2> $work/$way.err &
   rec=$!
@@ -31,15 +31,15 @@ for way in $ways; do
     sleep 5
     printf '%4d s  %s bytes\n' $((s + 5)) "$(stat -c %s $work/$way.ggmltrace)"
     if [ $((s + 5)) -eq $((secs / 2 / 5 * 5)) ]; then
-      python3 -m tracer.cli snapshot $prog -o $work/$way.snapshot.ggmltrace
+      python3 -m ggml_trace.tracer.cli snapshot $prog -o $work/$way.snapshot.ggmltrace
     fi
   done
   kill -TERM $prog; wait $rec
   tail -2 $work/$way.err
   for f in $work/$way.snapshot.ggmltrace $work/$way.ggmltrace; do
     echo "-- $(basename $f) ($(stat -c %s $f) bytes)"
-    python3 -m tracer.cli summary $f | grep -v '^name\|^CUDA\|^CPU' | cut -c1-400
-    python3 -m tracer.cli races $f --json > $f.races.json; echo "races exit $?"
+    python3 -m ggml_trace.tracer.cli summary $f | grep -v '^name\|^CUDA\|^CPU' | cut -c1-400
+    python3 -m ggml_trace.tracer.cli races $f --json > $f.races.json; echo "races exit $?"
     python3 - $f.races.json <<'EOF'
 import collections, json, sys
 d = json.load(open(sys.argv[1]))

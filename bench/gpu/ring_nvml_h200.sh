@@ -15,7 +15,7 @@ python3 -c 'import pynvml; pynvml.nvmlInit(); print("NVML", pynvml.nvmlSystemGet
 for ring in 2 64M; do
   f=$out/ring-$ring.ggmltrace
   echo "== llama-bench under --ring $ring --nvml for $secs s"
-  python3 -m tracer.cli record --hooks $bin/libggml-trace-hooks.so --ring $ring --nvml --nvml-interval-ms 2 \
+  python3 -m ggml_trace.tracer.cli record --hooks $bin/libggml-trace-hooks.so --ring $ring --nvml --nvml-interval-ms 2 \
     -o $f -- $bin/llama-bench -m "$model" -p 16 -n 32 -r 1000000 -ngl 99 > $out/ring-$ring.out 2> $out/ring-$ring.err &
   rec=$!
   sleep 3; prog=$(pgrep -P $rec | head -1)
@@ -27,7 +27,7 @@ for ring in 2 64M; do
   tail -2 $out/ring-$ring.err
   python3 - "$f" <<'PY'
 import sys
-import analysis
+from ggml_trace import analysis
 t = analysis.load(sys.argv[1])
 g, w = t.gpu_samples, t.ring
 print(f"window {w.start_ns / 1e9:.2f}-{w.end_ns / 1e9:.2f} s of the run; NVML readings {len(g)}, "

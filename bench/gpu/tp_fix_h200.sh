@@ -50,7 +50,7 @@ if [ "$step" = bench ]; then  # bench MODEL REPS
 fi
 
 if [ "$step" = delaycost ]; then  # delaycost MODEL REPS
-  model=$1; reps=$2; rec=(python3 -m tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so -o /tmp/dc.ggmltrace)
+  model=$1; reps=$2; rec=(python3 -m ggml_trace.tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so -o /tmp/dc.ggmltrace)
   for rep in $(seq "$reps"); do
     for way in untraced traced unused-rule delay-100us; do
       pre=(); case $way in
@@ -59,7 +59,7 @@ if [ "$step" = delaycost ]; then  # delaycost MODEL REPS
         delay-100us) pre=("${rec[@]}" --delay "CUDA0:graph_compute,split=0:100" --) ;;
       esac
       CUDA_VISIBLE_DEVICES=0 bench_row "$(basename "$model") $way $rep" "${pre[@]}" $bin/llama-bench -m "$model" -ngl 99 -p 512 -n 128 -r 3
-      [ $way = delay-100us ] && python3 -m tracer.cli races /tmp/dc.ggmltrace --json | python3 -c "
+      [ $way = delay-100us ] && python3 -m ggml_trace.tracer.cli races /tmp/dc.ggmltrace --json | python3 -c "
 import json, sys; d = json.load(sys.stdin); print('races in the delayed trace:', len(d['races']))"
     done
   done

@@ -25,8 +25,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from analysis import load  # noqa: E402
-from analysis.races import races  # noqa: E402
+from ggml_trace.analysis import load  # noqa: E402
+from ggml_trace.analysis.races import races  # noqa: E402
 
 PROMPT = ["-n", "16", "-p", "the of and", "--temp", "0", "--seed", "1", "-no-cnv"]
 

@@ -19,7 +19,7 @@ exec > >(tee -a "$out/proof.log") 2>&1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export GGML_TRACE_CUPTI_LIB=${GGML_TRACE_CUPTI_LIB:-$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)}
 gen=(-n 16 -p "the of and" --temp 0 --seed 1 -no-cnv)
-rec=(python3 -m tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so)
+rec=(python3 -m ggml_trace.tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so)
 steps=${STEPS:-1234}
 t0=$(date +%s)
 
@@ -35,7 +35,7 @@ fi
 
 if [[ $steps == *2* ]]; then
 echo "== 2. force on the undelayed trace"
-GGML_CUDA_ALLREDUCE=none timeout 200 python3 -m tracer.cli force $work/tp/tp-none.ggmltrace --every-graph \
+GGML_CUDA_ALLREDUCE=none timeout 200 python3 -m ggml_trace.tracer.cli force $work/tp/tp-none.ggmltrace --every-graph \
   --runs 10 --baseline-runs 2 --out $work/force --json > "$out/force.json"
 echo "force exit $?"; python3 -c "import json; d=json.load(open('$out/force.json')); print({k: d.get(k) for k in ('runs','manifested_runs','diverged_runs','delay_us','command')})"
 echo "step 2 done at $(( $(date +%s) - t0 )) s"
@@ -52,14 +52,14 @@ timeout 60 env GGML_CUDA_ALLREDUCE=internal "${rec[@]}" --cupti --device-timing 
   $bin/llama-completion -m "$model" "${gen[@]}" -ngl 99 -sm tensor > $work/internal-ar.out 2>/dev/null
 for t in internal internal-delay internal-ar; do
   echo "-- $t: output equals one GPU's: $(cmp -s $work/$t.out $work/one.out && echo yes || echo no)"
-  python3 -m tracer.cli summary $work/$t.ggmltrace | tail -4
-  python3 -m tracer.cli races $work/$t.ggmltrace | head -3
+  python3 -m ggml_trace.tracer.cli summary $work/$t.ggmltrace | tail -4
+  python3 -m ggml_trace.tracer.cli races $work/$t.ggmltrace | head -3
   cp $work/$t.ggmltrace "$out/"
 done
 python3 - $work/internal-delay.ggmltrace <<'EOF'
 import sys
-from analysis import load
-from analysis.allreduce import held_by_delays
+from ggml_trace.analysis import load
+from ggml_trace.analysis.allreduce import held_by_delays
 h = held_by_delays(load(sys.argv[1]))
 late = h["after_ns"] / 1000
 print(f"delays {len(h)}; CUDA0 part ends after CUDA1's delay in {(late >= 0).sum()} of {len(h)} calls;"

@@ -25,7 +25,7 @@ vulkaninfo --summary 2>/dev/null | grep -E "deviceName|driverName" || true
 status=0
 for build in "$before" "$after"; do
   name=$(basename "$(realpath "$build")")
-  "$py" -m tracer.vulkan_runs --bin "$build/bin" --model "$model" --runs "$runs" \
+  "$py" -m ggml_trace.tracer.vulkan_runs --bin "$build/bin" --model "$model" --runs "$runs" \
     --visible-devices "${VK_DEVICES:-0}" --out "$out/$name" > "$out/$name.json" || status=1
   cat "$out/$name.json"
 done
