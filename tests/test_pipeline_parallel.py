@@ -1,6 +1,7 @@
 """Pipeline parallelism's cross-ubatch race (docs/pipeline-parallel.md): the next graph's CPU split
 overwrites a tensor (llama.cpp's `embd`) that a device has not copied yet; RED on the pinned builds,
 GREEN with our fix (b11434-ppfix), on virtual devices."""
+import os
 import random
 import subprocess
 from pathlib import Path
@@ -178,3 +179,33 @@ def test_the_fix_covers_the_random_dag_finding(tmp_path):
     assert r.corrupt_runs == 0, r.corrupt
     for path in r.traces:
         assert races_of(path) == [], path
+
+
+# ------------------------------------------------------------------ lavapipe beside a virtual device
+
+def test_lavapipe_beside_a_virtual_device_is_red_and_the_fix_green(model, tmp_path):
+    """b10531's Vulkan build on Mesa's lavapipe, all layers on Vulkan0 and one empty virtual device
+    beside it so that llama.cpp pipelines (-dev Vulkan0,VDEV0 -ts 1,0), device timing by markers:
+    the output differs from Vulkan0 alone and the race on embd MANIFESTED; with the fix under the
+    same programs (b10531-vulkan-ppfix: its libggml-base), the output is Vulkan0's and no race."""
+    env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"}
+    exe = str(programs.program("b10531-vulkan", "llama-completion"))
+    args = ["-m", str(model), "-p", PROMPT, "-n", "32", "-b", "256", "-ub", "32", "--temp", "0", "--seed", "1",
+            "-no-cnv", "-ngl", "99"]
+    alone = subprocess.run(["stdbuf", "-o0", exe, *args, "-dev", "Vulkan0"], capture_output=True, text=True,
+                           errors="replace", timeout=600, env=env)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    for build, red in (("b10531-vulkan", True), ("b10531-vulkan-ppfix", False)):
+        out = tmp_path / f"{build}.ggmltrace"
+        r = ggml_trace("record", "--build", build, "--no-nvml", "--device-timing", "--virtual-devices", 1, "-o", out,
+                       "--", "stdbuf", "-o0", exe, *args, "-sm", "layer", "-dev", "Vulkan0,VDEV0", "-ts", "1,0",
+                       timeout=600, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        found = the_cross_graph_race(races_of(out))
+        if red:
+            assert not same_text(r.stdout, alone.stdout)
+            assert any(f["a"]["tensor"] == "embd" and f["a"]["backend"] == "Vulkan0" and f["manifested"]
+                       for f in found), found
+        else:
+            assert same_text(r.stdout, alone.stdout)
+            assert races_of(out) == []
