@@ -231,3 +231,17 @@ def test_record_without_program_and_unknown_build_fail_clearly(tmp_path):
     assert r.returncode == 2 and "no build 'b1' has hooks" in r.stderr and "ggml-trace build-hooks SOURCE --name b1" in r.stderr
     r = ggml_trace("record", "--", "true")
     assert r.returncode == 2 and "pass --hooks" in r.stderr
+
+
+def test_record_sees_through_wrappers_and_says_what_to_do_with_a_script(model, tmp_path):
+    """`stdbuf`, `env`, `taskset`, `timeout` before the program: record finds the ggml the program
+    loads, as the docs' own commands write it; a shell command it cannot see into gets one line
+    naming --build."""
+    simple = str(programs.program("b10531", "llama-simple"))
+    out = tmp_path / "w.ggmltrace"
+    r = ggml_trace("record", "-o", out, "--", "stdbuf", "-o0", "env", "OMP_NUM_THREADS=1", "timeout", "120",
+                   "taskset", "-c", "0", simple, "-m", model, "-n", "2", "the of", timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert load(out).summary()["build"]["hooks_build"] == "b10531"
+    r = ggml_trace("record", "-o", tmp_path / "s.ggmltrace", "--", "sh", "-c", f"{simple} -m {model} -n 2 x")
+    assert r.returncode == 2 and "pass --build NAME" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -213,7 +213,7 @@ def _hooks_for(rec: Recorded, hooks) -> Path:
     if hooks:
         return Path(hooks)
     try:
-        return hooks_mod.hooks_for(rec.argv[0])
+        return hooks_mod.hooks_for(hooks_mod.ggml_program(rec.argv))
     except hooks_mod.HooksNotFound as e:
         pinned = hooks_mod.pinned_builds()
         if rec.hooks_build in pinned:

@@ -125,6 +125,18 @@ def ggml_dir_to_load(program: str, build: str):
     return None if own is not None and own == (d / "libggml-base.so").resolve() else d
 
 
+def ggml_program(cmd: list) -> str:
+    """The program of a command line whose ggml is traced: the command itself, or the first of its
+    arguments that is an executable loading a libggml-base (a wrapper's: `stdbuf -o0 PROG`,
+    `env A=B PROG`, `taskset -c 0 PROG`, `numactl ... PROG`, `timeout 300 PROG`). The command itself
+    when none is (a script: pass --build or --hooks)."""
+    for arg in cmd:
+        exe = shutil.which(arg) if "/" not in arg else (arg if os.access(arg, os.X_OK) else None)
+        if exe and os.path.isfile(exe) and ggml_base_of(exe) is not None:
+            return arg
+    return cmd[0]
+
+
 def hooks_for(program: str, build: str = None) -> Path:
     """The hook library for `program` (or for the pinned `build`, e.g. 'b10531')."""
     if build:
@@ -137,8 +149,8 @@ def hooks_for(program: str, build: str = None) -> Path:
     base = ggml_base_of(program)
     if base is None:
         raise HooksNotFound(
-            f"cannot tell which ggml {program!r} uses (no libggml-base.so among its libraries); "
-            "pass --hooks LIB or --build bNNNNN")
+            f"cannot tell which ggml {program!r} uses (no libggml-base.so among its libraries, nor among "
+            "those of a program it runs); pass --build NAME (`ggml-trace builds` lists them) or --hooks LIB")
     beside = base.parent / HOOKS_NAME
     if beside.exists():
         return beside
