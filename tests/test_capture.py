@@ -230,7 +230,7 @@ def test_record_without_program_and_unknown_build_fail_clearly(tmp_path):
     r = ggml_trace("record", "--build", "b1", "--", "true")
     assert r.returncode == 2 and "no build 'b1' has hooks" in r.stderr and "ggml-trace build-hooks SOURCE --name b1" in r.stderr
     r = ggml_trace("record", "--", "true")
-    assert r.returncode == 2 and "pass --hooks" in r.stderr
+    assert r.returncode == 2 and "pass --build NAME" in r.stderr and "--hooks LIB" in r.stderr
 
 
 def test_record_sees_through_wrappers_and_says_what_to_do_with_a_script(model, tmp_path):
