@@ -78,6 +78,7 @@ class _Model:
         self.knames = np.asarray(self.kcats, dtype=object)
         self.bnames = np.append(np.asarray(self.bcats, dtype=object), None)  # code -1: none
         self.thread = c["thread"].to_numpy(np.int64)
+        self.meta_parent = c["meta_parent"].to_numpy(bool)
         self.t_begin = c["t_begin"].to_numpy(np.int64)
         self.t_end = c["t_end"].to_numpy(np.int64)
         self.graph = c["graph"].astype("Int64").array
@@ -110,7 +111,8 @@ class _Model:
             pos = index.get_indexer(ends.index.to_numpy(np.uint64))
             self.dev_end[pos[pos >= 0]] = ends.to_numpy(np.float64)[pos >= 0]
         # each wait, the queue it drains and the point it drains to
-        self.is_wait = self.kind_in(WAIT_KINDS) & on_queue
+        # a meta (tensor-parallel) backend's wait is the waits it makes on its devices: counted there
+        self.is_wait = self.kind_in(WAIT_KINDS) & on_queue & ~self.meta_parent
         self.drains = self.bc.copy()
         self.point = self.t_begin.copy()
         self.event_source = np.full(len(c), -1, np.int64)  # event_wait: where its event was recorded
@@ -260,7 +262,7 @@ class _Model:
         })
 
     def sync_copies(self) -> pd.DataFrame:
-        i = np.flatnonzero(self.kind_in(SYNC_COPY_KINDS))
+        i = np.flatnonzero(self.kind_in(SYNC_COPY_KINDS) & ~self.meta_parent)
         n = len(i)
         return pd.DataFrame({
             "call_id": self.ids[i], "kind": self.kind_name(i), "thread": self.thread[i], "t_begin": self.t_begin[i],

@@ -128,3 +128,23 @@ def test_llama_layer_split_with_a_tensor_override(model, tmp_path):
     before = out["b11434"]
     assert len(before) >= 8 and before["avoidable"].all() and before["blocked_ns"].sum() > 20_000_000
     assert len(out["b11434-inputsfirst"]) == 0
+
+
+@pytest.mark.parametrize("scenario_name,before,after,devices,latency", [
+    ("inputless-reuse", "b10524", "b10531", 3, 5000),                 # the #23321 fix
+    ("meta-allreduce", "b10531", "b10531-tpfix", 2, "0,3000"),        # our tensor-parallel fix
+])
+def test_what_the_verified_fixes_cost(scenario_name, before, after, devices, latency, tmp_path):
+    """Each fix adds its orderings (a synchronize; an event record and wait per peer copy) and costs
+    no wall time beyond the noise bound (docs/compare.md has the figures)."""
+    sides = [[load(p) for p in scenario.run(scenario_name, build=b, runs=RUNS, latency_us=latency, devices=devices,
+                                            out_dir=tmp_path / b).traces] for b in (before, after)]
+    r = compare(*sides)
+    d = r["diff"]
+    assert not d["wall_ns"]["significant"], d["wall_ns"]
+    if after == "b10531":
+        assert d["synchronizations"]["diff"] == 1 and d["avoidable_blocked_ns"]["b"] < d["avoidable_blocked_ns"]["a"]
+    else:
+        assert d["event_records"]["diff"] == d["event_waits"]["diff"] == 16
+        # one host thread: blocked no longer than the run (a meta backend's waits are counted once, on its devices)
+        assert d["host_blocked_ns"]["b"] <= r["b"]["totals"]["wall_ns"]
