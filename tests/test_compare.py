@@ -146,5 +146,6 @@ def test_what_the_verified_fixes_cost(scenario_name, before, after, devices, lat
         assert d["synchronizations"]["diff"] == 1 and d["avoidable_blocked_ns"]["b"] < d["avoidable_blocked_ns"]["a"]
     else:
         assert d["event_records"]["diff"] == d["event_waits"]["diff"] == 16
-        # one host thread: blocked no longer than the run (a meta backend's waits are counted once, on its devices)
-        assert d["host_blocked_ns"]["b"] <= r["b"]["totals"]["wall_ns"]
+        # one host thread: blocked about as long as the run at most (its set-up's copies come before the
+        # first graph, where the wall time starts); a meta backend's waits counted again would double it
+        assert d["host_blocked_ns"]["b"] < 1.5 * r["b"]["totals"]["wall_ns"]
