@@ -18,6 +18,7 @@ import pandas as pd
 from .build_info import build_info
 from .intervals import races_as_list
 from .race_report import verdict_words
+from .stalls import stalls, totals, words as stall_words
 from .timeline import timeline, timeline_html
 
 
@@ -220,6 +221,18 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
             + _table(["op"] + fields, [[side] + [(r.get(side) or {}).get(f) for f in fields]
                                        for side in ("a", "b")])
             + "</div>")
+
+    # host stalls: why the host waited (analysis/stalls.py)
+    st = stalls(trace)
+    if len(st):
+        tot = totals(st)
+        top = st.sort_values("blocked_ns", ascending=False, kind="stable").head(10)
+        out.append("<h2>Host stalls</h2>" + _kv([
+            ("host blocked", f"{_ns(tot['blocked_ns'])} in {tot['calls']} calls (waits {_ns(tot['wait_blocked_ns'])}, "
+                             f"synchronous copies {_ns(tot['copy_blocked_ns'])})"),
+            ("avoidable (ordered nothing)", f"{_ns(tot['avoidable_blocked_ns'])} in {tot['avoidable_calls']} waits")])
+            + _table(["blocked", "where", "what it waited for, and whether anything needed it"],
+                     [[_ns(r["blocked_ns"]), r["boundary"], stall_words(r)] for r in top.to_dict("records")]))
 
     # environment
     info = build_info(meta)

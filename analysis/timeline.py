@@ -31,6 +31,7 @@ import plotly.io as pio
 
 from .intervals import ROW_HEADER, ROW_COPIES, ROW_KERNELS, IntervalModel, races_as_list
 from .kinds import KIND_COLORS, OTHER_COLOR
+from .stalls import stalls as stalls_of, words as stall_words
 from .view_text import esc, fmt_us, StringTables, hover_text, bar_labels
 
 ROW_DETAIL = 2000      # a row with more intervals than this in view is aggregated
@@ -130,6 +131,39 @@ def _race_layer(model: IntervalModel, races: list[dict]):
                                                      line=dict(color="white", width=1)),
                        meta="races", showlegend=bool(hx))
     return shapes, ann, trace
+
+
+STALL_COLORS = {True: "#59A14F", False: "#F28E2B"}  # needed, avoidable
+STALL_LAYER_MAX = 200  # the longest waits drawn; the rest are in `ggml-trace stalls`
+
+
+def _stall_layer(model: IntervalModel, st: pd.DataFrame):
+    """The host's longest waits (analysis/stalls.py): each outlined on its thread's row, green when
+    an access needed it, orange when it ordered nothing; a hover point says what it waited for."""
+    shapes, hx, hy, ht = [], [], [], []
+    iv = model.iv
+    if len(st) and len(iv):
+        waits = st[st["kind"].isin(["synchronize", "event_synchronize"])]
+        waits = waits.sort_values("blocked_ns", ascending=False, kind="stable").head(STALL_LAYER_MAX)
+        host = iv[~iv["device"].to_numpy()]
+        where = dict(zip(host["call_id"].to_numpy(np.uint64).tolist(),
+                         zip(host["row"].tolist(), host["t0"].tolist(), host["t1"].tolist())))
+        for r in waits.to_dict("records"):
+            if int(r["call_id"]) not in where:
+                continue  # outside the drawn window or rows
+            row, b, e = where[int(r["call_id"])]
+            needed = bool(r["needed"])
+            x0, x1 = b / 1e9, e / 1e9
+            shapes.append(dict(type="rect", xref="x", yref="y", x0=x0, x1=x1, y0=row - 0.48, y1=row + 0.48,
+                               line=dict(color=STALL_COLORS[needed], width=2, dash="solid" if needed else "dash"),
+                               fillcolor="rgba(0,0,0,0)", layer="above"))
+            hx.append((x0 + x1) / 2)
+            hy.append(row)
+            ht.append(esc(f"host blocked {r['blocked_ns'] / 1e3:,.1f} µs at {r['boundary']}: {stall_words(r)}"))
+    trace = go.Scatter(x=hx, y=hy, mode="markers", name="host stalls", hovertext=ht, hoverinfo="text",
+                       marker=dict(symbol="square-open", size=9, color="#F28E2B"), meta="stalls",
+                       showlegend=bool(hx))
+    return shapes, trace
 
 
 def _race_text(i: int, r: dict) -> str:
@@ -335,7 +369,7 @@ class TimelineFigure(go.Figure):
 
 
 def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "kind",
-             races=None, zoom=None, title: str | None = None) -> TimelineFigure:
+             races=None, zoom=None, title: str | None = None, stalls=None) -> TimelineFigure:
     """The trace as an Nsight-style timeline (plotly Figure; displays inline in Jupyter).
 
     window: (start_us, end_us) since the trace start: only intervals that overlap it are kept.
@@ -347,6 +381,8 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
     races: None runs analysis.races(trace) when that module exists; False draws none; or a race
         report, its to_json() dict, or that dict's "races" list.
     zoom: (start_us, end_us): the initial view, without dropping anything outside it.
+    stalls: None runs analysis.stalls.stalls(trace) and outlines the host's longest waits (green:
+        needed, orange: avoidable); False draws none; or a stalls frame.
     """
     model = IntervalModel(trace, window=window, graphs=graphs, backends=backends)
     cls, class_names, colors = _classes(model, color_by)
@@ -416,6 +452,11 @@ def timeline(trace, window=None, graphs=None, backends=None, color_by: str = "ki
                                showlegend=False, name="", meta="labels"))
     shapes, ann, race_trace = _race_layer(model, race_list)
     traces.append(race_trace)
+    if stalls is not False:
+        st = stalls_of(trace) if stalls is None else stalls
+        stall_shapes, stall_trace = _stall_layer(model, st)
+        shapes += stall_shapes
+        traces.append(stall_trace)
 
     # row bands and headers
     rt = model.rows["rtype"].to_numpy()

@@ -102,3 +102,19 @@ def test_a_trace_without_waits_gives_the_empty_frame(tmp_path):
     empty = s.iloc[0:0]
     assert totals(empty)["blocked_ns"] == 0
     assert isinstance(totals(empty)["per_graph"], pd.DataFrame)
+
+
+def test_the_timeline_and_the_report_show_the_stalls():
+    from ggml_trace.analysis.report import report_html
+    from ggml_trace.analysis.timeline import timeline
+
+    t = load(DATA / "vulkan-nvidia-b11434-ppfix-h200.ggmltrace")
+    fig = timeline(t, races=False)
+    (layer,) = [tr for tr in fig.data if tr.meta == "stalls"]
+    assert len(layer.x) > 0 and any("needed: Vulkan0 cpy_tensor_async" in h for h in layer.hovertext)
+    outlines = [sh for sh in fig.layout.shapes if sh.line.color in ("#59A14F", "#F28E2B")]
+    assert len(outlines) == len(layer.x)
+    assert not any(tr.meta == "stalls" for tr in timeline(t, races=False, stalls=False).data)
+    page = report_html(t)
+    assert "<h2>Host stalls</h2>" in page and "avoidable (ordered nothing)" in page
+    assert page.index("<h2>Races</h2>") < page.index("<h2>Host stalls</h2>") < page.index("<h2>Environment</h2>")

@@ -638,7 +638,8 @@ def test_the_report_puts_the_races_before_the_environment():
     from ggml_trace.analysis.report import report_html
 
     page = report_html(analysis.load(ROOT / "tests" / "data" / "vulkan-nvidia-b11434-pp-h200.ggmltrace"))
-    assert re.findall(r"<h2>([^<]*)</h2>", page) == ["Races", "Environment", "Command", "Summary", "Timeline"]
+    assert re.findall(r"<h2>([^<]*)</h2>", page) == ["Races", "Host stalls", "Environment", "Command", "Summary",
+                                                     "Timeline"]
     assert page.index('id="race-1"') < page.index('id="race-2"') < page.index("<h2>Environment</h2>")
     cmd = recorded_with(page)  # recorded on one virtual device, Vulkan timed by markers
     assert cmd[:2] == ["env", "CUDA_VERSION=13.0.2"] and "CUDA_HOME=/usr/local/cuda" in cmd
