@@ -27,37 +27,35 @@ COUNTS = ["graphs", "splits", "copies", "copy_bytes", "synchronizations", "event
           "avoidable_waits"]
 
 
-def _union_ns(b: np.ndarray, e: np.ndarray) -> int:
-    """Length of the union of intervals [b, e)."""
+def _runs(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [b, e) as disjoint runs (starts, ends), in time order."""
     if len(b) == 0:
-        return 0
+        return b, e
     o = np.argsort(b, kind="stable")
     b, e = b[o], np.maximum.accumulate(e[o])
-    starts = np.r_[True, b[1:] > e[:-1]]  # a new run where the interval begins after all before it
-    idx = np.flatnonzero(starts)
-    ends = np.r_[e[idx[1:] - 1], e[-1]]
-    return int((ends - b[idx]).sum())
+    idx = np.flatnonzero(np.r_[True, b[1:] > e[:-1]])  # a run starts where all before it have ended
+    return b[idx], np.r_[e[idx[1:] - 1], e[-1]]
+
+
+def _union_ns(b: np.ndarray, e: np.ndarray) -> int:
+    """Length of the union of intervals [b, e)."""
+    starts, ends = _runs(b, e)
+    return int((ends - starts).sum())
 
 
 def _overlap_ns(per_queue: list[tuple[np.ndarray, np.ndarray]]) -> int:
-    """Time during which at least two queues were busy at once (a sweep over their unions)."""
+    """Time during which at least two queues were busy at once (a sweep over their runs)."""
     edges = []
     for b, e in per_queue:
-        if len(b) == 0:
-            continue
-        o = np.argsort(b, kind="stable")
-        bb, ee = b[o], np.maximum.accumulate(e[o])
-        start = np.r_[True, bb[1:] > ee[:-1]]
-        idx = np.flatnonzero(start)
-        ends = np.r_[ee[idx[1:] - 1], ee[-1]]
-        edges.append(np.stack([np.r_[bb[idx], ends], np.r_[np.ones(len(idx)), -np.ones(len(idx))]], axis=1))
+        starts, ends = _runs(b, e)
+        if len(starts):
+            edges.append(np.stack([np.r_[starts, ends], np.r_[np.ones(len(starts)), -np.ones(len(ends))]], axis=1))
     if len(edges) < 2:
         return 0
     ev = np.concatenate(edges)
     ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # ends before begins at the same instant
     busy = np.cumsum(ev[:, 1])
-    dt = np.diff(ev[:, 0])
-    return int(dt[busy[:-1] >= 2].sum())
+    return int(np.diff(ev[:, 0])[busy[:-1] >= 2].sum())
 
 
 def run_totals(t: Trace) -> dict:
