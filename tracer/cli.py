@@ -21,7 +21,7 @@ def cmd_record(args) -> int:
         print("ggml-trace record: give the program to run after --", file=sys.stderr)
         return 2
     try:
-        program = hooks_mod.ggml_program(args.cmd) if not args.build else args.cmd[0]
+        program = hooks_mod.ggml_program(args.cmd)  # the program itself, or the one a wrapper runs
         lib = Path(args.hooks) if args.hooks else hooks_mod.hooks_for(program, args.build)
     except hooks_mod.HooksNotFound as e:
         print(f"ggml-trace record: {e}", file=sys.stderr)
@@ -30,7 +30,7 @@ def cmd_record(args) -> int:
         print(f"ggml-trace record: no hook library at {lib}", file=sys.stderr)
         return 2
     env = None
-    ggml_dir = hooks_mod.ggml_dir_to_load(hooks_mod.ggml_program(args.cmd), args.build) if args.build else None
+    ggml_dir = hooks_mod.ggml_dir_to_load(program, args.build) if args.build else None
     if ggml_dir:  # a patched build of the program's ggml: run the program on it
         env = hooks_mod.libraries_first(ggml_dir)
         say(f"ggml-trace: {args.cmd[0]} runs on the ggml of build {args.build} ({ggml_dir})")
