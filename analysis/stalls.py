@@ -198,8 +198,9 @@ class _Model:
         back = back[~needed[back["seg"].to_numpy()]]
         for sg, i in zip(back["seg"].tolist(), back["call"].tolist()):  # a few: the program's own waits
             needed[sg] = True
+            graph = f" (graph {self.g[i]})" if self.g[i] >= 0 else ""
             conflict[sg] = (f"the program reads on the host what {self.backend_name(self.runs_on[i])} "
-                            f"{self.kind_name(i)} (graph {self.graph[i]}) wrote there")
+                            f"{self.kind_name(i)}{graph} wrote there")
         out = pd.DataFrame({"i": w, "seg": np.arange(len(w))})
         out["last"] = out["seg"].map(last)
         out["pending"] = out["seg"].map(n_pending).fillna(0).astype(np.int64)
@@ -239,7 +240,8 @@ class _Model:
         what = f"split {self.sp[ci]}" if kind == "graph_compute" else str(kind)
         mode = "writes" if self.a_write[a] else "reads"
         tensor = self.a_tcats[self.a_tc[a]] if self.a_tc[a] >= 0 else "?"
-        return f"{self.bnames[self.runs_on[ci]]} {what} (graph {self.g[ci]}) {mode} {tensor}"
+        graph = f" (graph {self.g[ci]})" if self.g[ci] >= 0 else ""
+        return f"{self.bnames[self.runs_on[ci]] or 'the host'} {what}{graph} {mode} {tensor}"
 
     def _rows(self, out: pd.DataFrame, q) -> pd.DataFrame:
         i = out["i"].to_numpy()
@@ -303,7 +305,8 @@ def totals(s: pd.DataFrame) -> dict:
 def words(r: dict) -> str:
     """One stall in a sentence."""
     if r["kind"] in SYNC_COPY_KINDS:
-        return f"{r['kind']} on {r['backend']}: a synchronous copy"
+        on = f" on {r['backend']}" if isinstance(r["backend"], str) else " into or out of host memory"
+        return f"{r['kind']}{on}: a synchronous copy"
     if pd.isna(r["waited_kind"]):
         what = f"nothing queued on {r['backend']} since its previous wait"
     else:
