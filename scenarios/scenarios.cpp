@@ -373,6 +373,10 @@ int main(int argc, char ** argv) {
     ggml_backend_cpu_set_n_threads(s.cpu, 1);  // small graphs; spinning thread pools only add noise
     if (!s.cpu_only && strcmp(backend_kind, "vulkan") == 0) {
         s.backends.push_back(device_backend("Vulkan0"));  // a real device: lavapipe, a GPU
+        // the scenario's other devices: virtual ones beside it, where they were asked for
+        for (int i = 1; i < n_devices && ggml_backend_dev_by_name(("VDEV" + std::to_string(i - 1)).c_str()); i++) {
+            s.backends.push_back(device_backend(("VDEV" + std::to_string(i - 1)).c_str()));
+        }
     } else if (!s.cpu_only) {
         for (int i = 0; i < n_devices; i++) {
             std::string name = "VDEV" + std::to_string(i);

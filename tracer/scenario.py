@@ -55,23 +55,26 @@ def parse_latencies(text) -> list[float]:
 
 def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LATENCY_US,
         jitter_us: float = 0.0, seed: int = 0, out_dir: Path = None, devices: int = 3,
-        backend: str = "vdev", device_timing: bool = True) -> ScenarioResult:
+        backend: str = "vdev", device_timing: bool = True, vdevs_beside: int = 0) -> ScenarioResult:
     """backend "vdev": virtual devices; "vulkan": the real Vulkan device 0 of the build's Vulkan tree
     (build/llama-BUILD-vulkan; lavapipe here), onto which every device of the scenario folds;
-    latency and jitter do not apply, and `device_timing` turns on its markers (docs/vulkan.md)."""
+    latency and jitter do not apply, and `device_timing` turns on its markers (docs/vulkan.md);
+    `vdevs_beside`: that many virtual devices beside it take the scenario's other devices (their
+    latency and jitter apply)."""
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if backend == "vulkan" and name in META_SCENARIOS:
         raise ValueError(f"{name} needs several virtual devices; it does not run on --backend vulkan")
-    tree = build if backend == "vdev" else f"{build}-vulkan"
+    tree = build if backend == "vdev" or "-vulkan" in build else f"{build}-vulkan"
     lat = parse_latencies(latency_us)
     latency_us = lat[0] if len(lat) == 1 else lat
     env_latency = ",".join(f"{v:g}" for v in lat)
     # a sized scenario spreads over --devices devices; the others carry their own count
     extra = ["--devices", str(devices)] if name in SIZED_SCENARIOS else []
     extra += ["--backend", "vulkan"] if backend == "vulkan" else []
+    extra += ["--devices", str(1 + vdevs_beside)] if vdevs_beside and name not in SIZED_SCENARIOS else []
     exe = str(program(tree, "ggml-trace-scenarios"))
     # the tree's own libraries first: a patched libggml-base beside a copied program (build_patched_base.sh)
     own = libraries_first(bin_dir(tree))
@@ -97,6 +100,9 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
         if backend == "vulkan":  # lavapipe is a CPU-type device: ggml lists it only when asked
             base.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
             base["GGML_TRACE_DEVICE_TIMING"] = "1" if device_timing else "0"
+            if vdevs_beside:  # the scenario's other devices: virtual ones beside the real one
+                base.update(GGML_TRACE_VIRTUAL_DEVICES=str(vdevs_beside), GGML_TRACE_VDEV_LATENCY_US=env_latency,
+                            GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
         else:
             base.update(GGML_TRACE_VIRTUAL_DEVICES=str(devices), GGML_TRACE_VDEV_LATENCY_US=env_latency,
                         GGML_TRACE_VDEV_JITTER_US=str(jitter_us), GGML_TRACE_VDEV_SEED=str(seed + i))
