@@ -8,18 +8,11 @@
 # usage: build_patched_base.sh BUILD TREE PATCH NAME   e.g. build_patched_base.sh b10531 b10531-vulkan patches/pipeline-host-reads.patch ppfix
 #   -> build/llama-b10531-vulkan-ppfix/bin
 set -euo pipefail
-build=$1; tree=$2; patch_file=$(realpath "$3"); name=$4
+build=$1; tree=$2; patch=$3; name=$4
 here=$(cd "$(dirname "$0")/.." && pwd)
-src=$here/build/src/llama-$build/llama.cpp
-dst=$here/build/src/llama-$build-$name/llama.cpp
 out=$here/build/llama-$tree-$name
-[ -d "$src" ] && [ -f "$here/build/llama-$tree/bin/libggml-trace-hooks.so" ] || { echo "no build/llama-$tree: run make setup first" >&2; exit 1; }
-if [ ! -f "$dst/.patched" ] || [ "$patch_file" -nt "$dst/.patched" ]; then
-  rm -rf "$dst" && mkdir -p "$(dirname "$dst")"
-  cp -al "$src" "$dst"  # hard links: cheap; patch writes the files it changes anew
-  (cd "$dst" && patch -p1 --quiet --no-backup-if-mismatch < "$patch_file")
-  touch "$dst/.patched"
-fi
+[ -f "$here/build/llama-$tree/bin/libggml-trace-hooks.so" ] || { echo "no build/llama-$tree: run make setup first" >&2; exit 1; }
+dst=$("$here/scripts/patched_tree.sh" "$build" "$patch" "$name")
 TARGETS=ggml-base "$here/scripts/build_llama.sh" "$dst" "$out" -DGGML_RPC=OFF
 for f in libggml-trace-hooks.so libggml-trace-vdev.so ggml-trace-scenarios; do
   [ -f "$here/build/llama-$tree/bin/$f" ] && cp "$here/build/llama-$tree/bin/$f" "$out/bin/$f"
