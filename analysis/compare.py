@@ -58,14 +58,21 @@ def _overlap_ns(per_queue: list[tuple[np.ndarray, np.ndarray]]) -> int:
     return int(np.diff(ev[:, 0])[busy[:-1] >= 2].sum())
 
 
+def first_graph_ns(t: Trace) -> int:
+    """When a run's first scheduler graph began (its first call, without any): where its wall time starts."""
+    c = t.calls
+    graphs = c[c["kind"] == "sched_graph_compute"]
+    return int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min()) if len(c) else 0
+
+
 def run_totals(t: Trace) -> dict:
     """One run's totals (TIMES and COUNTS, ns and counts) and its graphs' split structure."""
     c = t.calls
-    kind = c["kind"].astype(str)
+    kind = c["kind"]  # categorical: compared with names as it is
     graphs = c[kind == "sched_graph_compute"]
     dev = best_device_intervals(t.device)
     dev = dev[dev["backend"].notna()]
-    t0 = int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min()) if len(c) else 0
+    t0 = first_graph_ns(t)
     ends = [int(c["t_end"].max())] if len(c) else [0]
     if len(dev):
         ends.append(int(dev["t_end"].max()))
@@ -101,11 +108,11 @@ def side(traces: list[Trace]) -> dict:
     df = pd.DataFrame([r["totals"] for r in runs])
     return {"runs": len(runs), "median": {k: float(df[k].median()) for k in df},
             "min": {k: int(df[k].min()) for k in df}, "max": {k: int(df[k].max()) for k in df},
-            "per_run": df, "structure": runs[0]["structure"]}
+            "structure": runs[0]["structure"]}
 
 
 def compare(a: list[Trace], b: list[Trace]) -> dict:
-    """Side A against side B (each a list of loaded runs): JSON-ready, but for the per-run frames."""
+    """Side A against side B (each a list of loaded runs), JSON-ready."""
     sa, sb = side(a), side(b)
     rel = NOISE_REL_ONE if min(sa["runs"], sb["runs"]) == 1 else NOISE_REL
     diff = {}

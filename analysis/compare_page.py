@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .compare import format_compare
+from .compare import first_graph_ns, format_compare
 from .timeline import timeline, timeline_html
 
 
@@ -14,9 +14,7 @@ def compare_html(a, b, result: dict, label_a: str, label_b: str) -> str:
     span_us = max(result["a"]["max"]["wall_ns"], result["b"]["max"]["wall_ns"]) / 1000.0
     parts = []
     for i, (t, label) in enumerate(((a, label_a), (b, label_b))):
-        graphs = t.calls[t.calls["kind"].astype(str) == "sched_graph_compute"]
-        start_us = ((int(graphs["t_begin"].min()) if len(graphs) else int(t.calls["t_begin"].min()))
-                    - int(t.calls["t_begin"].min())) / 1000.0
+        start_us = (first_graph_ns(t) - int(t.calls["t_begin"].min())) / 1000.0
         fig = timeline(t, zoom=(start_us, start_us + span_us), title=f"{'AB'[i]}: {label}")
         parts.append(timeline_html(fig, full_html=False, include_plotlyjs=(i == 0), div_id=f"compare-{'ab'[i]}"))
     table = html.escape(format_compare(result, label_a, label_b))

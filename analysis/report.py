@@ -305,7 +305,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
         caption = "The timeline, zoomed on race 1 (drag to zoom, double-click to reset)."
     else:
         zoom, caption = None, "The timeline of the whole trace (drag to zoom)."
-    fig = timeline(trace, races=race_list, zoom=zoom,
+    fig = timeline(trace, races=race_list, zoom=zoom, stalls=st,
                    title=_e(f"{name}") + (" — race 1" if race_list else ""))
     out.append(f"<h2>Timeline</h2><p>{_e(caption)}</p>")
     out.append(timeline_html(fig, full_html=False, include_plotlyjs=True,

@@ -263,9 +263,9 @@ def cmd_stalls(args) -> int:
                   f"{r['calls']} calls)")
     if len(top):
         print("longest:")
+        t0 = int(trace.calls["t_begin"].min())
         for r in top.to_dict("records"):
-            print(f"  {ms(r['blocked_ns'])} at +{ms(r['t_begin'] - int(trace.calls['t_begin'].min()))}: "
-                  f"{printable(words(r))}")
+            print(f"  {ms(r['blocked_ns'])} at +{ms(r['t_begin'] - t0)}: {printable(words(r))}")
     return 0
 
 
