@@ -21,7 +21,8 @@ PATCHED      := $(BUILD_DIR)/llama-b10531-tpfix/bin/libggml-trace-hooks.so
 # blunt alternative it is measured against (every queue drained before every split)
 PP_PATCHED   := $(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so \
                 $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so \
-                $(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so
+                $(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so \
+                $(BUILD_DIR)/llama-b11434-ubatchsync/bin/libggml-trace-hooks.so
 # the same fix under b10531's Vulkan build (lavapipe here): a patched libggml-base beside its programs
 VK_PP_PATCHED := $(BUILD_DIR)/llama-b10531-vulkan-ppfix/bin/libggml-trace-hooks.so
 # Vulkan builds (run on Mesa's lavapipe here), before and after the fix of llama.cpp #23321
@@ -88,6 +89,11 @@ $(VK_PP_PATCHED): $(BUILD_DIR)/llama-b10531-vulkan/bin/libggml-trace-hooks.so pa
 # b11434's ggml copying a split's user inputs before its other inputs (docs/stalls.md, #28874)
 $(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/user-inputs-first.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
 	scripts/build_patched.sh b11434 patches/user-inputs-first.patch inputsfirst
+
+# b11434's llama.cpp synchronizing before every ubatch's set_inputs (docs/integrated.md, #28056):
+# a patch to libllama, so this build has its own libllama and llama-completion
+$(BUILD_DIR)/llama-b11434-ubatchsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/ubatch-sync.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
+	TARGETS="ggml llama-completion" scripts/build_patched.sh b11434 patches/ubatch-sync.patch ubatchsync
 
 # Headless Chromium for the browser tests of the timeline and report pages (Debian's package).
 $(BUILD_DIR)/.chromium:

@@ -14,6 +14,7 @@ from __future__ import annotations
 #   event    an event call
 #   mark     a user mark or range (the marks frame)
 #   gpu      CUPTI activity, on a backend's kernels rows
+#   host_write  the program's own store into a graph input in host memory (docs/integrated.md)
 KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     # kind                 groups                              colour
     "sched_new":           (("sched",),                        "#D3CEC9"),
@@ -47,6 +48,8 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "buf_free":            ((),                                "#C9C9C9"),
     "user_mark":           (("mark",),                         "#222222"),
     "user_range":          (("mark",),                         "#59A14F"),
+    "host_write":          (("host_write",),                   "#FF9DA6"),  # the program's own store, seen
+    "host_write_inferred": (("host_write",),                   "#FFC7CD"),  # ... taken as made
     "device_exec":         ((),                                "#C8C8C8"),  # drawn in its call's colour
     "delay":               ((),                                "#E45756"),  # injected on purpose (--delay)
     "kernel":              (("gpu",),                          "#4C78A8"),
@@ -75,4 +78,5 @@ SYNC_KINDS = kinds_in("sync")
 EVENT_KINDS = kinds_in("event")
 MARK_KINDS = kinds_in("mark")
 GPU_KINDS = kinds_in("gpu")
+HOST_WRITE_KINDS = kinds_in("host_write")
 KIND_COLORS = {k: color for k, (_, color) in KINDS.items()}

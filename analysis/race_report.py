@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .kinds import COPY_KINDS
+from .kinds import COPY_KINDS, HOST_WRITE_KINDS
 from .schema import FINDING_SIDE, FINDINGS
 
 # write-after-read: a read, then an unordered overwrite of the same bytes (appended: codes stay)
@@ -138,6 +138,9 @@ def _missing_column(a: dict, b: dict, memory: list) -> list:
 
     out = []
     for i in range(len(a["kind"])):
+        if _writes_input_read_in_place(a, b, i):
+            out.append(_input_words(op(a, i), op(b, i), a["graph"][i], a["tensor"][i], a["backend"][i]))
+            continue
         # the fix names the queues that ran them (a peer copy runs on its source's queue)
         k = (a["queue"][i], b["queue"][i], a["queue_backend"][i] or a["backend"][i],
              b["queue_backend"][i] or b["backend"][i], a["thread"][i], b["thread"][i])
@@ -168,6 +171,9 @@ def describe_op(s: dict) -> str:
     if kind.startswith("buf_"):
         where = f" on a {be} buffer" if be else ""
         return f"{kind}{where} (thread {s['thread']})"
+    if kind in HOST_WRITE_KINDS:
+        how = "inferred" if kind == "host_write_inferred" else "observed"
+        return f"the program (thread {s['thread']}, {how} store)"
     txt = f"{be} {kind}" if be else kind
     if kind in COPY_KINDS and split is not None:
         txt += f" (input of split {split})"
@@ -184,6 +190,33 @@ def _head_words(op_a, op_b, graph_a, graph_b, mode_a, mode_b, tensor_a, tensor_b
     what_b = f"{'writes' if mode_b == 'write' else 'reads'} {tensor_b or memory}"
     return (f"nothing orders {op_a} ({ga}{what_a}) before {op_b}{gb} {what_b} "
             f"{'over' if mode_b == 'write' else 'from'} the same bytes")
+
+
+_HOST_INPUT_WRITES = ("buf_set_tensor", "buf_set_tensor_2d", "buf_memset_tensor", *HOST_WRITE_KINDS)
+
+
+def _writes_input_read_in_place(a: dict, b: dict, i: int) -> bool:
+    """The program (a host thread) wrote a tensor that a device's split of an earlier graph read in
+    place from host memory, with nothing between: the inputs of the next graph written while the
+    device still works on the previous one (integrated GPUs: llama.cpp #28056)."""
+    return (a["kind"][i] == "graph_compute" and bool(a["queue"][i]) and b["kind"][i] in _HOST_INPUT_WRITES
+            and not b["queue"][i] and b["backend"][i] != a["backend"][i]  # host memory, not the device's
+            and a["mode"][i] == "read" and a["tensor"][i] is not None
+            and a["tensor"][i] == b["tensor"][i])
+
+
+def _input_words(op_a, op_b, graph_a, tensor, backend) -> str:
+    """`missing` for _writes_input_read_in_place: which synchronization is missing, and where
+    llama.cpp would make it when the tensor is one of its graph inputs (inp_*, *_inp_*)."""
+    words = (f"nothing orders {op_a} (graph {graph_a}, reads {tensor} in place from host memory) before "
+             f"{op_b} writes {tensor} for a later graph: the device still works on graph {graph_a} when the "
+             f"host writes the next inputs, and no split-input copy stands between them; a "
+             f"ggml_backend_sched_synchronize (or synchronize on {backend}) before the inputs are written "
+             "would order them")
+    if tensor.startswith("inp_") or "_inp_" in tensor:
+        words += ("; in llama.cpp: in llama_context::process_ubatch before res->set_inputs(), which "
+                  "synchronizes there only with pipeline parallelism (llama.cpp #28056)")
+    return words
 
 
 def _fix_words(queue_a, queue_b, backend_a, backend_b, thread_a, thread_b) -> str:

@@ -30,7 +30,7 @@ import pandas as pd
 from .arrays import (_at, _bits, _codes, _int, _ints, _last_before, _lookup, _nullable, _objects, _pick_lifetime,
                      _rank_in_group)
 from .frames import backend_labels
-from .kinds import ENQUEUE_KINDS
+from .kinds import ENQUEUE_KINDS, HOST_WRITE_KINDS
 from .load import best_device_intervals
 from .race_report import (BASES, CLASSES, EVENTS_TOLERANCE_NS, VERDICTS, RaceReport, _missing_column,
                           findings_frame, format_report, verdict_words)
@@ -402,6 +402,9 @@ class _Analysis:
         begin, end = self.c_t_begin.copy(), self.c_t_end.copy()
         has_dev = np.zeros(self.n, bool)
         basis = np.where(self.c_enq, BASES.index("host"), BASES.index("device"))
+        # the program's own store into an input happened somewhere in its window (docs/integrated.md)
+        ids = [i for i, k in enumerate(self.kind_names) if k in HOST_WRITE_KINDS]
+        basis[np.isin(self.c_kind, ids)] = BASES.index("bounds")
         dev = getattr(self.trace, "device", None)
         if dev is not None and len(dev):
             dev = best_device_intervals(dev)

@@ -69,7 +69,7 @@ CALL_KINDS: dict[int, str] = {
     48: "buf_set_tensor", 49: "buf_get_tensor", 50: "buf_set_tensor_2d",
     51: "buf_get_tensor_2d", 52: "buf_cpy_tensor", 53: "buf_memset_tensor", 54: "buf_clear",
     55: "buf_alloc", 56: "buf_free",
-    64: "user_mark", 65: "user_range",
+    64: "user_mark", 65: "user_range", 66: "host_write", 67: "host_write_inferred",
     80: "device_exec", 81: "delay",
 }
 KIND_IDS: dict[str, int] = {v: k for k, v in CALL_KINDS.items()}

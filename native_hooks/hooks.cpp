@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "capture.h"
+#include "host_writes.h"
 #include "comm.h"
 #include "cupti_mode.h"
 #include "ggml_api.h"
@@ -219,6 +220,7 @@ void ggml_backend_sched_free(ggml_backend_sched_t sched) {
     if (idx == 0xff) {
         return g_api.sched_free(sched);
     }
+    host_writes_forget();
     Call c(K_SCHED_FREE);
     c.r.sched = idx;
     g_api.sched_free(sched);
@@ -237,6 +239,7 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
     if (!active() || !capturing() || thread_context().active == sched) {
         return g_api.sched_graph_compute_async(sched, graph);
     }
+    host_writes_before_compute(graph);  // inputs written since the last compute, before this one
     maybe_clock_sync();
     ScopedGraph scope(sched);
     Call c(K_SCHED_GRAPH_COMPUTE);
@@ -245,6 +248,7 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
     c.r.arg = (uint64_t) g_api.sched_get_n_splits(sched);
     c.r.flags = st == GGML_STATUS_SUCCESS ? 0 : CALL_FAILED;
     c.commit();
+    host_writes_after_compute(graph);
     return st;
 }
 
@@ -254,6 +258,7 @@ enum ggml_status ggml_backend_sched_graph_compute(ggml_backend_sched_t sched, gg
     if (!active() || !capturing() || thread_context().active == sched) {
         return g_api.sched_graph_compute(sched, graph);
     }
+    host_writes_before_compute(graph);  // inputs written since the last compute, before this one
     maybe_clock_sync();
     ScopedGraph scope(sched);
     Call c(K_SCHED_GRAPH_COMPUTE);
@@ -262,6 +267,7 @@ enum ggml_status ggml_backend_sched_graph_compute(ggml_backend_sched_t sched, gg
     c.r.arg = (uint64_t) g_api.sched_get_n_splits(sched);
     c.r.flags = (st == GGML_STATUS_SUCCESS ? 0 : CALL_FAILED) | CALL_SYNC_COMPUTE;
     c.commit();
+    host_writes_after_compute(graph);
     return st;
 }
 
@@ -269,6 +275,7 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched_t sched, ggml_cgraph * gr
     if (!active() || !capturing()) {
         return g_api.sched_alloc_graph(sched, graph);
     }
+    host_writes_forget();  // the scheduler may reallocate its buffers
     Call c(K_SCHED_ALLOC_GRAPH);
     c.r.sched = sched_index(sched);
     bool ok = g_api.sched_alloc_graph(sched, graph);
@@ -286,6 +293,7 @@ bool ggml_backend_sched_reserve(ggml_backend_sched_t sched, ggml_cgraph * graph)
     if (!active() || !capturing()) {
         return g_api.sched_reserve(sched, graph);
     }
+    host_writes_forget();  // the scheduler may reallocate its buffers
     Call c(K_SCHED_RESERVE);
     c.r.sched = sched_index(sched);
     bool ok = g_api.sched_reserve(sched, graph);
@@ -299,16 +307,19 @@ void ggml_backend_sched_synchronize(ggml_backend_sched_t sched) {
     if (!active() || !capturing()) {
         return g_api.sched_synchronize(sched);
     }
+    host_writes_before_wait();
     Call c(K_SCHED_SYNCHRONIZE);
     c.r.sched = sched_index(sched);
     g_api.sched_synchronize(sched);
     c.commit();
+    host_writes_after_wait();
 }
 
 void ggml_backend_sched_reset(ggml_backend_sched_t sched) {
     if (!active() || !capturing()) {
         return g_api.sched_reset(sched);
     }
+    host_writes_forget();  // the scheduler may reallocate its buffers
     Call c(K_SCHED_RESET);
     c.r.sched = sched_index(sched);
     g_api.sched_reset(sched);
@@ -344,6 +355,7 @@ void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
         remove_buffer(buffer);
     }
     if (known && capturing()) {
+        host_writes_forget();
         Call c(K_BUF_FREE);
         c.r.backend = backend_of_buffer(buffer);
         c.r.obj = (uint64_t) (uintptr_t) buffer;

@@ -12,6 +12,7 @@
 #include "cupti_mode.h"
 #include "delay.h"
 #include "device_timing.h"
+#include "host_writes.h"
 #include "ggml_api.h"
 #include "trace_writer.h"
 
@@ -146,6 +147,7 @@ std::once_flag g_writer_once;
 void init_writer() {
     const char * out = getenv("GGML_TRACE_OUTPUT");
     delay_init(out && *out);  // exits when GGML_TRACE_DELAY does not parse
+    host_writes_init();        // exits when GGML_TRACE_HOST_WRITES does not parse
     if (!out || !*out) {
         return;  // loaded but not asked to trace: every hook passes straight through
     }

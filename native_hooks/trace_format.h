@@ -90,6 +90,11 @@ enum CallKind : uint8_t {
     K_BUF_SET_TENSOR = 48, K_BUF_GET_TENSOR, K_BUF_SET_TENSOR_2D, K_BUF_GET_TENSOR_2D,
     K_BUF_CPY_TENSOR, K_BUF_MEMSET_TENSOR, K_BUF_CLEAR, K_BUF_ALLOC, K_BUF_FREE,
     K_USER_MARK = 64, K_USER_RANGE,
+    // The program wrote a graph input in host memory without a ggml call (host_writes.h): obj = the
+    // tensor, arg = bytes; one ACCESS (write). Observed: its bytes changed inside [t_begin, t_end].
+    // Inferred: no hooked call wrote it, so it is taken as written at the latest when the next graph
+    // compute began (t_begin = t_end).
+    K_HOST_WRITE, K_HOST_WRITE_INFERRED,
     // Work as it ran on an async backend's device (written by whoever observed it: a virtual
     // device's worker, an event watcher). obj = call_id of the host call that enqueued it;
     // flags bits 4-5 say who observed it (DeviceSource); bit 6: the start is an estimate; bit 7:

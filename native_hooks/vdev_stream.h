@@ -27,6 +27,7 @@ struct Knobs {
     uint64_t seed = 0;
     int threads = 1;
     bool allreduce = false;  // offer ggml_backend_comm_* (GGML_TRACE_VDEV_ALLREDUCE=1)
+    bool integrated = false;  // like an APU: reads host buffers in place (GGML_TRACE_VDEV_INTEGRATED=1)
 };
 extern Knobs g_knobs;
 
@@ -39,6 +40,7 @@ struct CpuApi {
     ggml_backend_dev_t (*dev_by_type)(enum ggml_backend_dev_type);
     void (*register_reg)(ggml_backend_reg_t);
     bool (*buffer_is_host)(ggml_backend_buffer_t);
+    bool (*buft_is_host)(ggml_backend_buffer_type_t);
     size_t (*nbytes)(const struct ggml_tensor *);
     int (*graph_n_nodes)(struct ggml_cgraph *);
     struct ggml_tensor * (*graph_node)(struct ggml_cgraph *, int);

@@ -8,7 +8,9 @@
 // asked for (`ggml-trace record --virtual-devices N`, or GGML_TRACE_VIRTUAL_DEVICES=N with this
 // library in LD_PRELOAD): the hooks trace these devices like any other backend, and the device
 // work they run is recorded through the hooks' observer entry points (observer_api.h).
-// Knobs GGML_TRACE_VDEV_LATENCY_US, _BANDWIDTH_GBPS, _JITTER_US, _SEED, _THREADS. Semantics follow
+// Knobs GGML_TRACE_VDEV_LATENCY_US, _BANDWIDTH_GBPS, _JITTER_US, _SEED, _THREADS, _INTEGRATED (an
+// APU: the devices also accept host buffers, so the scheduler copies nothing into them from host
+// memory, and their work reads host tensors in place when the queue runs it). Semantics follow
 // CUDA streams: buffer calls are synchronous and unordered with the stream; events capture the work
 // enqueued before the record.
 #include "virtual_device.h"
@@ -318,13 +320,15 @@ VDevice & vdev_of(ggml_backend_dev_t dev) { return *(VDevice *) dev->context; }
 const char * dev_get_name(ggml_backend_dev_t dev) { return vdev_of(dev).name; }
 const char * dev_get_description(ggml_backend_dev_t) { return "ggml-trace virtual async device"; }
 void dev_get_memory(ggml_backend_dev_t, size_t * free_mem, size_t * total) { *free_mem = *total = (size_t) 64 << 30; }
-enum ggml_backend_dev_type dev_get_type(ggml_backend_dev_t) { return GGML_BACKEND_DEVICE_TYPE_GPU; }
+enum ggml_backend_dev_type dev_get_type(ggml_backend_dev_t) {
+    return g_knobs.integrated ? GGML_BACKEND_DEVICE_TYPE_IGPU : GGML_BACKEND_DEVICE_TYPE_GPU;
+}
 void dev_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props * p) {
     memset(p, 0, sizeof(*p));
     p->name = dev_get_name(dev);
     p->description = dev_get_description(dev);
     dev_get_memory(dev, &p->memory_free, &p->memory_total);
-    p->type = GGML_BACKEND_DEVICE_TYPE_GPU;
+    p->type = dev_get_type(dev);
     p->caps.async = true;
     p->caps.events = true;
 }
@@ -359,7 +363,10 @@ ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *) {
 ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t dev) { return &vdev_of(dev).buft; }
 
 bool dev_supports_op(ggml_backend_dev_t, const ggml_tensor * op) { return g_cpu_dev->iface.supports_op(g_cpu_dev, op); }
-bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) { return buft == &vdev_of(dev).buft; }
+// An integrated device shares the host's memory: host buffers are its own too (no input copies).
+bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
+    return buft == &vdev_of(dev).buft || (g_knobs.integrated && g_cpu.buft_is_host(buft));
+}
 bool dev_offload_op(ggml_backend_dev_t, const ggml_tensor *) { return false; }
 
 ggml_backend_event_t dev_event_new(ggml_backend_dev_t dev) { return new ggml_backend_event{dev, new Event()}; }
@@ -417,6 +424,7 @@ bool setup_virtual_devices() {
               resolve(g_cpu.buffer_init, "ggml_backend_buffer_init") &&
               resolve(g_cpu.register_reg, "ggml_backend_register") &&
               resolve(g_cpu.buffer_is_host, "ggml_backend_buffer_is_host") &&
+              resolve(g_cpu.buft_is_host, "ggml_backend_buft_is_host") &&
               resolve(g_cpu.nbytes, "ggml_nbytes") && resolve(g_cpu.graph_n_nodes, "ggml_graph_n_nodes") &&
               resolve(g_cpu.graph_node, "ggml_graph_node");
     if (!ok) {
@@ -451,6 +459,7 @@ bool setup_virtual_devices() {
     g_knobs.seed = (uint64_t) env_num("GGML_TRACE_VDEV_SEED", 0);
     g_knobs.threads = (int) env_num("GGML_TRACE_VDEV_THREADS", 1);
     g_knobs.allreduce = env_num("GGML_TRACE_VDEV_ALLREDUCE", 0) != 0;
+    g_knobs.integrated = env_num("GGML_TRACE_VDEV_INTEGRATED", 0) != 0;
 
     memset(&g_reg, 0, sizeof(g_reg));
     g_reg.api_version = GGML_BACKEND_API_VERSION;

@@ -22,6 +22,7 @@
 #include "delay.h"
 #include "device_timing.h"
 #include "ggml_api.h"
+#include "host_writes.h"
 #include "meta.h"
 #include "registry.h"
 #include "trace_writer.h"
@@ -140,6 +141,7 @@ struct Hook<Field, Kind, Describe, Options> {
         if (!capturing()) {
             return orig(obj, a...);
         }
+        if constexpr ((Options & DRAINS) != 0) host_writes_before_wait();
         Call c(Kind);
         c.nested = meta_nested();  // before this call opens a parent of its own
         std::optional<MetaParent> meta;
@@ -158,6 +160,7 @@ struct Hook<Field, Kind, Describe, Options> {
         if constexpr (std::is_void_v<R>) {
             orig(obj, a...);
             finish(c, s, timed, q, owner, obj, a...);
+            if constexpr ((Options & DRAINS) != 0) host_writes_after_wait();
         } else {
             R result = orig(obj, a...);
             c.ok = succeeded(result);
@@ -218,7 +221,13 @@ uint64_t ptr(const void * p) { return (uint64_t) (uintptr_t) p; }
 // Bytes spanned by a strided 2D copy of n rows of `size` bytes.
 size_t span_2d(size_t size, size_t n_copies, size_t stride) { return n_copies ? (n_copies - 1) * stride + size : 0; }
 
+// A buffer's set_tensor is the program's write into the buffer, seen (host_writes.h).
+template <typename O> void note_host_write(const ggml_tensor * t) {
+    if constexpr (std::is_same_v<O, ggml_backend_buffer_t>) host_writes_noted(t);
+}
+
 template <typename O> void set_tensor(Call & c, O, ggml_tensor * t, const void * data, size_t offset, size_t size) {
+    note_host_write<O>(t);
     c.r.obj = ptr(t);
     c.r.arg = size;
     emit_host(ACC_READ, c.id(), data, size);
@@ -235,6 +244,7 @@ template <typename O> void get_tensor(Call & c, O, const ggml_tensor * t, void *
 template <typename O>
 void set_tensor_2d(Call & c, O, ggml_tensor * t, const void * data, size_t offset, size_t size, size_t n_copies,
                    size_t stride_tensor, size_t stride_data) {
+    note_host_write<O>(t);
     c.r.obj = ptr(t);
     c.r.arg = size * n_copies;
     emit_host(ACC_READ, c.id(), data, span_2d(size, n_copies, stride_data));
@@ -251,6 +261,7 @@ void get_tensor_2d(Call & c, O, const ggml_tensor * t, void * data, size_t offse
 }
 
 void memset_tensor(Call & c, ggml_backend_buffer_t, ggml_tensor * t, uint8_t value, size_t offset, size_t size) {
+    host_writes_noted(t);
     c.r.obj = ptr(t);
     c.r.arg = size;
     emit_tensor(REC_ACCESS, ACC_WRITE, c.id(), t, 0, NONE32, offset, size);

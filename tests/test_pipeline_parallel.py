@@ -11,7 +11,7 @@ import pytest
 
 from ggml_trace import analysis
 from ggml_trace.analysis import load
-from conftest import ggml_trace
+from conftest import ggml_trace, same_text
 from ggml_trace.tracer import programs, scenario
 
 DATA = Path(__file__).parent / "data"
@@ -24,14 +24,6 @@ SLOW_FIRST = "2000,0"     # the first device slow: its copy of the CPU's output 
 WORDS = "the of and to a in is it you that he was for on are with as I his they be at one have this from".split()
 _rng = random.Random(1)
 PROMPT = " ".join(_rng.choice(WORDS) for _ in range(200))  # ~1000 tokens
-
-
-def same_text(a: str, b: str) -> bool:
-    """llama-completion prints through a logger thread, which can drop the last few bytes at exit (the
-    text ends with bytes of partial characters here): equal up to such a tail. Corruption by this race
-    shows from the first generated tokens on."""
-    a, b = sorted((a.rstrip(), b.rstrip()), key=len)
-    return len(a) > 0 and b.startswith(a) and len(b) - len(a) <= 8
 
 
 def races_of(path):

@@ -42,6 +42,10 @@ def cmd_record(args) -> int:
                    GGML_TRACE_VDEV_SEED=str(args.vdev_seed))
         if args.vdev_allreduce:
             env["GGML_TRACE_VDEV_ALLREDUCE"] = "1"
+        if args.vdev_integrated:
+            env["GGML_TRACE_VDEV_INTEGRATED"] = "1"
+    if args.host_writes != "infer":
+        env = dict(env or os.environ, GGML_TRACE_HOST_WRITES=args.host_writes)
     # device-side timing: the event watcher and/or CUPTI (read by the hooks at start-up)
     timing = {k: "1" for k, on in (("GGML_TRACE_DEVICE_TIMING", args.device_timing),
                                    ("GGML_TRACE_CUPTI", args.cupti)) if on}
@@ -405,6 +409,14 @@ def main(argv=None) -> int:
     p.add_argument("--vdev-allreduce", action="store_true",
                    help="the virtual devices offer their own allreduce for tensor parallelism, as CUDA "
                         "does, instead of leaving the meta backend to its butterfly (docs/tensor-parallel.md)")
+    p.add_argument("--vdev-integrated", action="store_true",
+                   help="the virtual devices are integrated GPUs: they read host buffers in place, so the "
+                        "scheduler copies no inputs into them (docs/integrated.md)")
+    p.add_argument("--host-writes", choices=["infer", "observe", "off"], default="infer",
+                   help="the program's own stores into graph inputs in host memory, which integrated GPUs "
+                        "read in place: inferred before each graph compute (default, free), observed by "
+                        "comparing the inputs' bytes (exact bytes and window; costs a copy of the inputs), "
+                        "or off (docs/integrated.md)")
     p.add_argument("--nvml", action=argparse.BooleanOptionalAction, default=True,
                    help="sample GPU counters through NVML into the trace (default: on; a no-op without NVML)")
     p.add_argument("--nvml-interval-ms", type=float, default=20.0, metavar="MS",
