@@ -34,7 +34,7 @@ QWEN_MODEL    := $(BUILD_DIR)/models/tiny-qwen35.gguf
 .PHONY: setup vulkan demo test bench clean
 # The stamps of fetched and built trees are never deleted as intermediates (that would rebuild all).
 .SECONDARY:
-setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(PP_PATCHED) $(MODEL) $(BUILD_DIR)/.chromium vulkan
+setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(PP_PATCHED) $(BUILD_DIR)/llama-b11434/bin/llama-server $(MODEL) $(BUILD_DIR)/.chromium vulkan
 
 # glslc, spirv-headers, the Vulkan loader and lavapipe (Debian packages), and Vulkan headers
 # new enough for ggml-vulkan (Debian 13's, unpacked under build/vulkan-headers).
@@ -93,7 +93,11 @@ $(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so: $(BUILD_DIR)/l
 # b11434's llama.cpp synchronizing before every ubatch's set_inputs (docs/integrated.md, #28056):
 # a patch to libllama, so this build has its own libllama and llama-completion
 $(BUILD_DIR)/llama-b11434-ubatchsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/ubatch-sync.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
-	TARGETS="ggml llama-completion" scripts/build_patched.sh b11434 patches/ubatch-sync.patch ubatchsync
+	TARGETS="ggml llama-completion llama-server" scripts/build_patched.sh b11434 patches/ubatch-sync.patch ubatchsync
+
+# llama-server of b11434, one slot on an integrated virtual device: the cross-request leak (docs/integrated.md)
+$(BUILD_DIR)/llama-b11434/bin/llama-server: $(BUILD_DIR)/llama-b11434/.built
+	TARGETS=llama-server scripts/build_llama.sh $(BUILD_DIR)/src/llama-b11434/llama.cpp $(BUILD_DIR)/llama-b11434
 
 # Headless Chromium for the browser tests of the timeline and report pages (Debian's package).
 $(BUILD_DIR)/.chromium:

@@ -2,7 +2,7 @@
 from .load import Trace, load, summarize
 from .races import RaceReport, races
 from . import stalls  # analysis.stalls.stalls(trace): why the host waited
-from .trace_file import TraceFormatError
+from .trace_format import TraceFormatError
 
 __all__ = ["load", "Trace", "TraceFormatError", "summarize", "races", "RaceReport",
            "timeline", "export_perfetto", "export_parquet", "write_report"]

@@ -14,7 +14,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .load import recorded_env
+from .meta import recorded_env
+
 
 def _fields(value: str) -> dict:
     return dict(p.split("=", 1) for p in value.split(";") if "=" in p)

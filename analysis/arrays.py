@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .trace_file import KIND_IDS
+from .trace_format import KIND_IDS
 
 
 def _ids(kinds: list[str]) -> np.ndarray:

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .columns import Columns
-from .trace_file import (
-    GPU_API, GPU_KERNEL, GPU_MEMSET, HEADER_SIZE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER,
+from .raw_trace import TickClock
+from .trace_format import (
+    FILE_HEADER_DTYPE, GPU_API, GPU_KERNEL, GPU_MEMSET, HEADER_SIZE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER,
     REC_CALL, REC_CLOCK, REC_GPU, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_SIZE,
-    STRING_PIECE, BUF_FREED, BUF_SEEN, ACC_READ, ACC_WRITE, TickClock, TraceFormatError,
+    STRING_PIECE, BUF_FREED, BUF_SEEN, ACC_READ, ACC_WRITE, CALL_ID_THREAD_SHIFT, MAX_BACKENDS, MAX_THREAD,
+    TraceFormatError,
 )
 
 I63 = 1 << 63
-MAX_THREAD = 1 << 24        # call_id = thread << 40 | counter
 MAX_BACKEND_INDEX = 1 << 16  # backend indices count up from 0, one per backend created
-MAX_BACKENDS = 64           # native_hooks/registry.h: a call may name a backend whose record is lost
 MAX_GPU_DEVICES = 1024      # CUDA ordinals and NVML indices
 # Times must fall within [t0 - BEFORE_NS, t0 + SPAN_NS], t0 the instant the file was opened.
 BEFORE_NS = 60 * 10**9      # a minute of slack (clock calibration, samplers that start first)
@@ -47,7 +47,8 @@ class Parts:
         self.recs, self.slots = recs, slots  # Columns for the types trace_file.COLUMNAR names
 
 
-HEADER_CLOCKS = {"t0_monotonic_ns": 24, "t0_realtime_ns": 32, "t0_ticks": 40}  # field: offset
+# field: its file offset (the header dtype knows it)
+HEADER_CLOCKS = {k: FILE_HEADER_DTYPE.fields[k][1] for k in ("t0_monotonic_ns", "t0_realtime_ns", "t0_ticks")}
 
 
 def check_header(header: dict, path: str, strict: bool, parts: dict[int, Parts]) -> list[str]:
@@ -139,7 +140,7 @@ def check_records(parts: dict[int, Parts], header: dict) -> list[Problem]:
     known = parts[REC_BACKEND].recs["backend"].astype(np.int64)
     limit = (int(known.max()) + 1 if len(known) else 0) + MAX_BACKENDS
     thread = u64(ca, "thread")
-    bad_id = (thread >= MAX_THREAD) | ((u64(ca, "call_id") >> np.uint64(40)) != thread)
+    bad_id = (thread >= MAX_THREAD) | ((u64(ca, "call_id") >> np.uint64(CALL_ID_THREAD_SHIFT)) != thread)
     drop(REC_CALL, bad_id, "CALL records whose call id does not match their thread")
     drop(REC_CALL, ~tick_ok(ca.recs["t_begin"]) | ~tick_ok(ca.recs["t_end"]),
          "CALL records with times outside the run")

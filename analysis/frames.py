@@ -17,16 +17,16 @@ import pandas as pd
 from .arrays import (_categorical, _frame, _lookup, _nullable, _pick_lifetime, _rows, _take,
                      _with_codes)
 from .kinds import ASYNC_KINDS, COPY_KINDS, EVENT_KINDS, MARK_KINDS, SYNC_KINDS
+from .raw_trace import RawTrace
 from .threads import side_by_side
-from .trace_file import (
-    ACC_READ, ACC_WRITE, BUF_FREED, CALL_DTYPE, CALL_KINDS, GPU_API, GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET,
-    KIND_IDS, NONE32, RawTrace,
+from .trace_format import (
+    ACC_READ, ACC_WRITE, BUF_FREED, CALL_DECLINED, CALL_DTYPE, CALL_FAILED, CALL_KINDS, CALL_META_PARENT,
+    DELAY_RULE_SHIFT, DELAY_WHERE_SHIFT, DEVICE_END_LATE, DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, GPU_API,
+    GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET, KIND_IDS, META_ROLES, NEST_NO_DEVICE, NONE32, SCHED_NONE, SRC_DEVICE,
+    SRC_EVENTS, SRC_MARKERS,
 )
-from .trace_file import (CALL_DECLINED, CALL_FAILED, CALL_META_PARENT, DELAY_WHERE_SHIFT, DEVICE_END_LATE,
-                         DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, META_ROLES)
 
 MISSING_STRING = "<missing string>"  # an id that no StringRec defines
-SCHED_NONE = 0xFF
 
 DEVICE_TYPES = ["cpu", "gpu", "igpu", "accel", "other"]  # enum ggml_backend_dev_type, then other
 USAGES = ["any", "weights", "compute"]                    # enum ggml_backend_buffer_usage
@@ -34,13 +34,15 @@ MODES = ["read", "write"]
 
 DELAY_KIND = "delay"  # a delay injected on purpose (GGML_TRACE_DELAY); obj = the delayed call
 DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream"])  # flags bits 1-2
-DELAY_RULE_SHIFT = 48  # arg = rule << 48 | requested ns
 DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqueuing call
 # Who observed a device interval, best first: the device itself (a virtual device's worker),
 # CUPTI's kernel and copy records, the event watcher (GGML_TRACE_DEVICE_TIMING), Vulkan's markers
 # (bounds only: the work ran somewhere inside [t_begin, t_end]).
-DEVICE_SOURCES = ["device", "events", "cupti", "markers"]  # codes 0, 1 as in the records; 2: derived
-SOURCE_DTYPE = pd.CategoricalDtype(DEVICE_SOURCES)        # from CUPTI; markers: record code 2
+DEVICE_SOURCES = ["device", "events", "cupti", "markers"]  # cupti: from REC_GPU, not a record code
+SOURCE_DTYPE = pd.CategoricalDtype(DEVICE_SOURCES)
+# A device_exec record's DeviceSource (flags bits 4-5) -> its code in SOURCE_DTYPE; -1: unknown
+SOURCE_OF_RECORD = np.full(4, -1, np.int64)
+SOURCE_OF_RECORD[[SRC_DEVICE, SRC_EVENTS, SRC_MARKERS]] = [DEVICE_SOURCES.index(s) for s in ("device", "events", "markers")]
 SOURCE_PRIORITY = {"device": 0, "cupti": 1, "events": 2, "markers": 3}
 # CUPTI activity (REC_GPU kinds kernel, memcpy, memset) and CUpti_ActivityMemcpyKind names.
 GPU_KIND_DTYPE = pd.CategoricalDtype(["kernel", "memcpy", "memset"])
@@ -283,7 +285,7 @@ class _Loader:
         parent[rows] = n["parent"].astype(np.uint64)[ok]
         device = np.full(len(self.c_id), -1, np.int64)
         device[rows] = n["device"].astype(np.int64)[ok]
-        device[device == 0xff] = -1
+        device[device == NEST_NO_DEVICE] = -1
         sub = np.full(len(self.c_id), -1, np.int64)
         sub[rows] = n["subgraph"].astype(np.int64)[ok]
         role = np.full(len(self.c_id), -1, np.int64)
@@ -488,8 +490,7 @@ class _Loader:
             "t_begin": self.c_t_begin[rows],
             "t_end": self.c_t_end[rows],
             "thread": self.c_thread[rows],
-            "source": _with_codes(np.where(source < 2, source, np.where(source == 2, 3, -1)),
-                                  SOURCE_DTYPE),
+            "source": _with_codes(SOURCE_OF_RECORD[source], SOURCE_DTYPE),
             "start_estimated": (flags & DEVICE_START_ESTIMATED) != 0,
             "end_late": (flags & DEVICE_END_LATE) != 0,
         })

@@ -1,7 +1,7 @@
 """Load a ggml-trace file into a Trace: one pandas DataFrame per kind of thing (see
 docs/dataframes.md for every column), built by analysis/frames.py from the records
 analysis/trace_file.py reads; summarize(), and the readers of a loaded trace that other modules
-share (best_device_intervals, recorded_env, backend_labels).
+share (best_device_intervals, backend_labels; recorded_env, from meta.py, is importable here too).
 """
 from __future__ import annotations
 
@@ -11,10 +11,15 @@ import os
 import numpy as np
 import pandas as pd
 
+from .allreduce import allreduce_paths
 from .arrays import _ids
+from .build_info import build_info
 from .frames import SOURCE_PRIORITY, _Loader, backend_labels
 from .kinds import SCHED_KINDS
-from .trace_file import FILE_SNAPSHOT, RawTrace, display_path, read_trace_file
+from .meta import recorded_env
+from .raw_trace import RawTrace
+from .trace_file import display_path, read_trace_file
+from .trace_format import FILE_SNAPSHOT
 
 __all__ = ["Trace", "load", "load_raw", "summarize", "best_device_intervals", "recorded_env", "backend_labels"]
 
@@ -150,18 +155,10 @@ def load_raw(raw: RawTrace) -> Trace:
     return t
 
 
-def recorded_env(meta: dict) -> dict:
-    """The environment the hooks recorded (META env: NUL-separated KEY=VALUE), as a dict."""
-    return dict(kv.partition("=")[::2] for kv in meta.get("env", "").split("\0") if "=" in kv)
-
-
 def summarize(trace: Trace) -> dict:
     """Per-backend counts: splits run, copies/bytes into it, syncs, events, busy time; which
     allreduce ran; which build made the trace. Backends sharing a name (one per scheduler, say)
     are counted together, under the first."""
-    from .allreduce import allreduce_paths
-    from .build_info import build_info
-
     calls, splits, copies, sync = trace.calls, trace.splits, trace.copies, trace.sync
     names = list(dict.fromkeys(backend_labels(trace.backends)))
 

@@ -10,45 +10,15 @@ Strings, metadata, threads, backends and buffers live in chunks a ring never rec
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
-from .trace_file import (CHUNK_HEADER_DTYPE, CHUNK_KEPT, CHUNK_MAGIC, CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING,
-                         FILE_SNAPSHOT, GPU_API, GPU_CORRELATION, HEADER_SIZE, KIND_IDS, NONE32,
-                         RECORD_SIZE, SLOTS_PER_CHUNK, RawTrace, TickClock)
+from .raw_trace import RawTrace, RingWindow, TickClock
+from .trace_format import (CALL_ID_COUNTER, CALL_ID_THREAD_SHIFT, CHUNK_HEADER_DTYPE, CHUNK_KEPT, CHUNK_MAGIC,
+                           CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING, FILE_SNAPSHOT, GPU_API, GPU_CORRELATION,
+                           HEADER_SIZE, KIND_IDS, NONE32, RECORD_SIZE, SLOTS_PER_CHUNK)
 
-CALL_ID_COUNTER = (1 << 40) - 1  # call_id = thread << 40 | the thread's call counter
 BLOCK_CHUNKS = 1024  # settled_blocks reads 64 MiB at a time: bounded memory whatever the file's size
-
-
-@dataclass
-class RingWindow:
-    """What a ring file kept: times in ns since the header's t0_monotonic_ns."""
-    keep_ns: int                 # the ring keeps at least this much of the recent past (0: size alone)
-    max_bytes: int               # ring chunks take at most this much of the file
-    start_ns: int | None         # the window's start; None when the ring never wrapped (nothing lost)
-    end_ns: int | None           # the latest record time in the window
-    closed: bool                 # the writer closed the file
-    snapshot_ns: int | None      # a copy taken while the writer ran: when
-    ring_chunks: int
-    kept_chunks: int
-    cut: dict                    # records cut for lying before the window, per record kind
-
-    def describe(self) -> str:
-        span = ((self.end_ns - self.start_ns) / 1e9 if self.start_ns is not None and self.end_ns is not None
-                else None)
-        size = f"{self.ring_chunks} ring + {self.kept_chunks} kept chunks"
-        rule = f"keeps {self.keep_ns / 1e9:g} s" if self.keep_ns else "size rule only"
-        if span is None:
-            head = f"flight recorder ({rule}, {size}): the ring never wrapped, the whole run is here"
-        else:
-            head = (f"flight recorder ({rule}, {size}): window of the last {span:.3f} s "
-                    f"(from {self.start_ns / 1e9:.3f} s)")
-        if self.snapshot_ns is not None:
-            head += f"; snapshot taken at {self.snapshot_ns / 1e9:.3f} s while the program ran"
-        cut = sum(self.cut.values())
-        return head + (f"; {cut} records before the window left out" if cut else "")
 
 
 def is_ring(header: dict) -> bool:
@@ -148,7 +118,7 @@ def _first_counter_per_thread(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(threads ascending, the smallest call counter of each among `ids`): call ids count up per thread."""
     if len(ids) == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    thread, counter = ids >> np.uint64(40), ids & np.uint64(CALL_ID_COUNTER)
+    thread, counter = ids >> np.uint64(CALL_ID_THREAD_SHIFT), ids & np.uint64(CALL_ID_COUNTER)
     order = np.lexsort((counter, thread))
     thread, counter = thread[order], counter[order]
     first = np.r_[True, thread[1:] != thread[:-1]]
@@ -162,7 +132,7 @@ def _belongs_to_window(ids: np.ndarray, kept_ids: np.ndarray, cut_ids: np.ndarra
     known = np.isin(ids, kept_ids)
     orphan = ~known & ~np.isin(ids, cut_ids)
     threads, counters = first_kept
-    thread, counter = ids >> np.uint64(40), ids & np.uint64(CALL_ID_COUNTER)
+    thread, counter = ids >> np.uint64(CALL_ID_THREAD_SHIFT), ids & np.uint64(CALL_ID_COUNTER)
     pos = np.searchsorted(threads, thread)
     has = pos < len(threads)
     has[has] = threads[pos[has]] == thread[has]

@@ -23,13 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .load import Trace, load, recorded_env
+from .load import Trace, load
+from .meta import recorded_env
+from .trace_format import CALL_ID_THREAD_SHIFT
 
 # Columns holding times (ns since a trace's start), ids of one process, and backend names.
 TIME_COLUMNS = ("t_begin", "t_end", "t", "first_seen", "device_begin", "device_end")
 CALL_ID_COLUMNS = ("call_id", "parent", "target_call_id")
 BACKEND_COLUMNS = ("backend", "backend2", "src_backend", "dst_backend")
-PROCESS_SHIFT = 56  # call ids use bits 0-55 (thread << 40 | sequence)
+# A process' index goes above the call id's thread index (thread << 40 | counter): call ids of
+# threads below 2**16 stay apart (the format allows threads up to trace_format.MAX_THREAD).
+PROCESS_SHIFT = CALL_ID_THREAD_SHIFT + 16
 
 
 @dataclass

@@ -1,265 +1,35 @@
-"""Low-level reader for ggml-trace binary files (format version 1).
-
-The numpy dtypes below mirror native_hooks/trace_format.h byte for byte (little-endian, fields at
-the offsets the C compiler gives them, 64-byte records). Change both together; docs/trace-format.md
-describes the format.
+"""Low-level reader for ggml-trace binary files (format version 1, analysis/trace_format.py).
 
 The file is mapped once and every step works on whole arrays; nothing here loops over records
 or chunks. Record times are raw ticks of the writer's record clock; TickClock converts them.
+The reader drives the record checks (checks.py) and a flight recorder's window (ring.py); those
+import the format and the reader's data types (raw_trace.py), never this module.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .checks import Parts, check_header, check_records
 from .columns import Columns
-
-if TYPE_CHECKING:
-    from .ring import RingWindow
-
-FILE_MAGIC = b"GGMLTRC\0"
-FORMAT_VERSION = 1
-HEADER_SIZE = 4096
-RECORD_SIZE = 64
-CHUNK_SIZE = 64 * 1024
-SLOTS_PER_CHUNK = CHUNK_SIZE // RECORD_SIZE  # slot 0 holds the chunk header
-CHUNK_MAGIC = 0x4B4E4843  # "CHNK"
-STRING_PIECE = 48
-NONE32 = 0xFFFFFFFF
-# FileHeader.file_flags and ChunkHeader.region (flight recorder: "Ring files" in the docs)
-FILE_RING, FILE_CLOSED, FILE_SNAPSHOT = 0x1, 0x2, 0x4
-CHUNK_RING, CHUNK_KEPT = 0, 1
-
-# RecordType
-REC_NONE, REC_STRING, REC_META, REC_THREAD, REC_BACKEND = 0, 1, 2, 3, 4
-REC_BUFFER, REC_CALL, REC_ACCESS, REC_PLACE, REC_CLOCK = 5, 6, 7, 8, 9
-REC_GPU, REC_SAMPLE, REC_NEST = 10, 11, 12
-MAX_RECORD_TYPE = REC_NEST
-
-# CallRec flags (trace_format.h CALL_*; bit 1 only for copies and backend allreduces)
-CALL_FAILED, CALL_DECLINED, CALL_SCHED_PARALLEL, CALL_SYNC_COMPUTE = 0x01, 0x02, 0x04, 0x08
-CALL_META_PARENT = 0x20  # a meta (tensor-parallel) backend's call
-# device_exec flags: DeviceSource in bits 4-5, then the two bounds flags; delay flags: DelayWhere
-DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, DEVICE_END_LATE = 4, 0x40, 0x80
-SRC_DEVICE, SRC_EVENTS, SRC_MARKERS = 0, 1, 2
-DELAY_WHERE_SHIFT = 1
-DELAY_HOST, DELAY_QUEUE, DELAY_STREAM = 0, 1, 2
-# MetaRole of REC_NEST
-META_ROLES = ["main", "zero", "copy", "reduce", "io", "sync", "other"]  # MetaRole 1..7
-
-# GpuActivityKind (REC_GPU)
-GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, GPU_CORRELATION, GPU_API = 1, 2, 3, 4, 5
-
-# AccessMode, BufferEvent
-ACC_READ, ACC_WRITE = 1, 2
-BUF_SEEN, BUF_ALLOCATED, BUF_FREED = 1, 2, 3
-
-# CallKind values, named as the loader exposes them (CallKind without K_, lower case).
-CALL_KINDS: dict[int, str] = {
-    1: "sched_new", 2: "sched_free", 3: "sched_graph_compute", 4: "sched_alloc_graph",
-    5: "sched_reserve", 6: "sched_synchronize", 7: "sched_reset",
-    16: "graph_compute", 17: "cpy_tensor_async", 18: "set_tensor_async",
-    19: "get_tensor_async", 20: "set_tensor_2d_async", 21: "get_tensor_2d_async",
-    22: "synchronize", 23: "event_record", 24: "event_wait", 25: "comm_allreduce",
-    32: "event_new", 33: "event_free", 34: "event_synchronize",
-    48: "buf_set_tensor", 49: "buf_get_tensor", 50: "buf_set_tensor_2d",
-    51: "buf_get_tensor_2d", 52: "buf_cpy_tensor", 53: "buf_memset_tensor", 54: "buf_clear",
-    55: "buf_alloc", 56: "buf_free",
-    64: "user_mark", 65: "user_range", 66: "host_write", 67: "host_write_inferred",
-    80: "device_exec", 81: "delay",
-}
-KIND_IDS: dict[str, int] = {v: k for k, v in CALL_KINDS.items()}
-
-
-class TraceFormatError(ValueError):
-    """The file is not a readable ggml-trace file (or is corrupt in a way we refuse to guess at)."""
-
-
-def _struct(itemsize: int, fields: list[tuple[str, str, int]]) -> np.dtype:
-    """A packed little-endian record dtype; padding fields are left out, offsets keep the layout."""
-    names, formats, offsets = zip(*fields)
-    return np.dtype({"names": list(names), "formats": list(formats),
-                     "offsets": list(offsets), "itemsize": itemsize})
-
-
-FILE_HEADER_DTYPE = _struct(168, [
-    ("magic", "S8", 0), ("version", "<u4", 8), ("header_size", "<u4", 12),
-    ("record_size", "<u4", 16), ("chunk_size", "<u4", 20),
-    ("t0_monotonic_ns", "<u8", 24), ("t0_realtime_ns", "<u8", 32),
-    ("t0_ticks", "<u8", 40), ("ns_per_tick", "<f8", 48),
-    ("pid", "<u4", 56), ("backend_api_version", "<u4", 60), ("hooks_build", "S64", 64),
-    ("file_flags", "<u4", 128), ("ring_keep_ns", "<u8", 136), ("ring_max_bytes", "<u8", 144),
-    ("snapshot_ns", "<u8", 152), ("hold_until_ns", "<u8", 160),
-])
-
-CHUNK_HEADER_DTYPE = _struct(64, [
-    ("magic", "<u4", 0), ("thread", "<u4", 4), ("chunk_index", "<u8", 8),
-    ("t_claim", "<u8", 16), ("ordinal", "<u4", 24), ("region", "u1", 28),  # pad[35] at 29
-])
-
-STRING_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("len", "u1", 1), ("piece", "<u2", 2), ("total_len", "<u4", 4),
-    ("id", "<u8", 8), ("text", ("u1", (STRING_PIECE,)), 16),
-])
-
-META_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("thread", "<u4", 4), ("t", "<u8", 8),
-    ("key", "<u8", 16), ("value", "<u8", 24),  # pad2[32] at 32
-])
-
-CLOCK_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("thread", "<u4", 4), ("ticks", "<u8", 8),
-    ("monotonic_ns", "<u8", 16),  # pad2[40] at 24
-])
-
-THREAD_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("thread", "<u4", 4), ("t", "<u8", 8),
-    ("os_tid", "<u8", 16), ("name", "<u8", 24),  # pad2[32] at 32
-])
-
-BACKEND_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("device_type", "u1", 1), ("has_async", "u1", 2), ("has_events", "u1", 3),
-    ("backend", "<u4", 4), ("ptr", "<u8", 8), ("device_ptr", "<u8", 16), ("name", "<u8", 24),
-    ("device_name", "<u8", 32), ("device_description", "<u8", 40), ("t", "<u8", 48),
-    ("reserved", "<u8", 56),
-])
-
-BUFFER_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("event", "u1", 1), ("usage", "u1", 2), ("is_host", "u1", 3),
-    ("thread", "<u4", 4), ("t", "<u8", 8), ("ptr", "<u8", 16), ("base", "<u8", 24),
-    ("size", "<u8", 32), ("buft_name", "<u8", 40), ("device_ptr", "<u8", 48),
-    ("reserved", "<u8", 56),
-])
-
-CALL_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("kind", "u1", 1), ("sched", "u1", 2), ("flags", "u1", 3),
-    ("thread", "<u4", 4), ("t_begin", "<u8", 8), ("t_end", "<u8", 16), ("call_id", "<u8", 24),
-    ("backend", "<u4", 32), ("backend2", "<u4", 36), ("graph", "<u4", 40), ("split", "<i4", 44),
-    ("obj", "<u8", 48), ("arg", "<u8", 56),
-])
-
-# Used for REC_ACCESS and REC_PLACE.
-ACCESS_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("mode", "u1", 1), ("thread", "<u4", 4), ("call_id", "<u8", 8),
-    ("buffer", "<u8", 16), ("offset", "<u8", 24), ("size", "<u8", 32), ("tensor", "<u8", 40),
-    ("node", "<u8", 48), ("op", "<u4", 56), ("index", "<u4", 60),
-])
-
-# Times in GPU and SAMPLE records are CLOCK_MONOTONIC ns, not ticks.
-GPU_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("kind", "u1", 1), ("copy_kind", "u1", 2), ("device", "<u4", 4),
-    ("t_begin_ns", "<u8", 8), ("t_end_ns", "<u8", 16), ("correlation", "<u4", 24),
-    ("stream", "<u4", 28), ("name", "<u8", 32), ("bytes", "<u8", 40),
-    ("reserved", ("<u8", (2,)), 48),
-])
-
-SAMPLE_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("device", "<u4", 4), ("t_ns", "<u8", 8), ("metric", "<u8", 16),
-    ("value", "<f8", 24),  # pad2[32] at 32
-])
-
-NEST_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("role", "u1", 1), ("device", "u1", 2), ("thread", "<u4", 4),
-    ("call_id", "<u8", 8), ("parent", "<u8", 16), ("meta_backend", "<u4", 24),
-    ("subgraph", "<i4", 28),  # pad2[32] at 32
-])
-
-RECORD_DTYPES = {
-    REC_STRING: STRING_DTYPE, REC_META: META_DTYPE, REC_THREAD: THREAD_DTYPE,
-    REC_BACKEND: BACKEND_DTYPE, REC_BUFFER: BUFFER_DTYPE, REC_CALL: CALL_DTYPE,
-    REC_ACCESS: ACCESS_DTYPE, REC_PLACE: ACCESS_DTYPE, REC_CLOCK: CLOCK_DTYPE,
-    REC_GPU: GPU_DTYPE, REC_SAMPLE: SAMPLE_DTYPE, REC_NEST: NEST_DTYPE,
-}
+from .raw_trace import RawTrace, RingWindow, TickClock  # noqa: F401 (importable from here, as before)
+from .ring import claimed_after, cut_to_window, settled_blocks
+# Every name of the format stays importable from here, as before trace_format.py was split out
+# (the writers in tracer/ and the tests import them from this module).
+from .trace_format import *  # noqa: F401,F403
+from .trace_format import (
+    ACCESS_DTYPE, BACKEND_DTYPE, BUFFER_DTYPE, CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
+    CLOCK_DTYPE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT, FORMAT_VERSION,
+    HEADER_SIZE, MAX_RECORD_TYPE, META_DTYPE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL,
+    REC_CLOCK, REC_GPU, REC_META, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_DTYPES,
+    RECORD_SIZE, SLOTS_PER_CHUNK, STRING_DTYPE, STRING_PIECE, THREAD_DTYPE, TraceFormatError,
+)
 
 COLUMNAR = (REC_CALL, REC_ACCESS, REC_PLACE)  # read into Columns; the other types stay records
 
 INCOMPLETE_STRING = "<incomplete string>"
-
-
-@dataclass
-class RawTrace:
-    """Everything in a trace file, by record type: numpy structured arrays, and for the types
-    COLUMNAR names (calls, accesses, placements) Columns indexed the same way."""
-    path: str
-    header: dict
-    chunks: np.ndarray          # CHUNK_HEADER_DTYPE, the used chunks in file order
-    string_recs: np.ndarray     # STRING_DTYPE
-    meta: np.ndarray            # META_DTYPE
-    threads: np.ndarray         # THREAD_DTYPE
-    backends: np.ndarray        # BACKEND_DTYPE
-    buffers: np.ndarray         # BUFFER_DTYPE
-    calls: Columns              # CALL_DTYPE (the most numerous types are held as columns)
-    accesses: Columns           # ACCESS_DTYPE
-    places: Columns             # ACCESS_DTYPE
-    clocks: np.ndarray          # CLOCK_DTYPE
-    gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, GPU_DTYPE))
-    samples: np.ndarray = field(default_factory=lambda: np.zeros(0, SAMPLE_DTYPE))
-    nest: np.ndarray = field(default_factory=lambda: np.zeros(0, NEST_DTYPE))
-    strings: dict[int, str] = field(default_factory=dict)
-    truncated: bool = False     # the body is not a whole number of chunks (file was cut)
-    unknown_records: int = 0    # records with an unknown type byte dropped (strict=False)
-    warnings: list[str] = field(default_factory=list)
-    damage: list[str] = field(default_factory=list)  # the warnings that say data was lost
-    closed: bool = True         # no unused chunks: the writer closed (trimmed) the file
-    ring: "RingWindow | None" = None  # a flight recorder's file: the window it holds (analysis/ring.py)
-
-    @property
-    def n_records(self) -> int:
-        return sum(len(a) for a in (self.string_recs, self.meta, self.threads, self.backends,
-                                    self.buffers, self.calls, self.accesses, self.places,
-                                    self.clocks, self.gpu, self.samples))
-
-    def clock(self) -> "TickClock":
-        return TickClock.from_trace(self.header, self.clocks)
-
-
-@dataclass
-class TickClock:
-    """Converts record times (ticks) to nanoseconds since the header's t0_monotonic_ns.
-
-    Calibration points are the header's (t0_ticks, t0_monotonic_ns) and every CLOCK record's
-    (ticks, monotonic_ns). Between two points times are interpolated linearly; outside them
-    they are extrapolated with the slope over all points (the header's ns_per_tick when there
-    is a single point)."""
-    ticks: np.ndarray   # int64, ascending
-    ns: np.ndarray      # int64, ns since t0_monotonic_ns, ascending
-    slope: np.ndarray   # float64 ns per tick of each segment (len(ticks) - 1)
-    edge_slope: float
-
-    @classmethod
-    def from_trace(cls, header: dict, clocks: np.ndarray) -> "TickClock":
-        t0 = header["t0_monotonic_ns"]
-        ticks = np.r_[np.int64(header["t0_ticks"]), clocks["ticks"].astype(np.int64)]
-        ns = np.r_[np.int64(0), clocks["monotonic_ns"].astype(np.int64) - np.int64(t0)]
-        order = np.lexsort((ns, ticks))
-        ticks, ns = ticks[order], ns[order]
-        # Keep a strictly increasing chain: a point not later in both clocks is a bad sample.
-        keep = np.ones(len(ticks), bool)
-        keep[1:] = (ns[1:] > np.maximum.accumulate(ns)[:-1]) & (ticks[1:] > ticks[:-1])
-        ticks, ns = ticks[keep], ns[keep]
-        slope = np.diff(ns) / np.diff(ticks).astype(np.float64)
-        if len(ticks) > 1:
-            edge = float(ns[-1] - ns[0]) / float(ticks[-1] - ticks[0])
-        else:
-            edge = float(header["ns_per_tick"])
-            if not np.isfinite(edge) or edge <= 0:
-                edge = 1.0  # no usable calibration: take ticks as nanoseconds
-        return cls(ticks, ns, slope, edge)
-
-    def to_ns(self, ticks: np.ndarray) -> np.ndarray:
-        t = np.asarray(ticks).astype(np.int64)
-        n = len(self.ticks)
-        if n == 1:
-            return self.ns[0] + np.rint((t - self.ticks[0]) * self.edge_slope).astype(np.int64)
-        i = np.searchsorted(self.ticks, t, side="right") - 1  # segment; -1 / n-1: outside
-        base = np.clip(i, 0, n - 1)
-        inside = (i >= 0) & (i < n - 1)
-        slope = np.where(inside, self.slope[np.clip(i, 0, n - 2)], self.edge_slope)
-        return self.ns[base] + np.rint((t - self.ticks[base]) * slope).astype(np.int64)
 
 
 def _parse_header(data: np.ndarray, path: str) -> dict:
@@ -341,8 +111,6 @@ def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray,
 
 def _leave_out_later_chunks(recs, types, valid, chunks, header, taken_ns):
     """A copy of a file being written: its chunks claimed after the copy began are left out."""
-    from .ring import claimed_after
-
     clocks = recs[(types == REC_CLOCK) & valid].view(CLOCK_DTYPE)
     late = claimed_after(chunks, clocks, header, taken_ns)
     if not late.any():
@@ -452,8 +220,6 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     taken_ns = header["snapshot_ns"] if header["file_flags"] & FILE_SNAPSHOT else None
     if header["file_flags"] & FILE_RING and not header["file_flags"] & (FILE_CLOSED | FILE_SNAPSHOT):
         # A ring that may still be written: chunks can be recycled under the reader.
-        from .ring import settled_blocks
-
         taken_ns = time.monotonic_ns()
         with open(path, "rb") as f:
             data = np.concatenate([data[:HEADER_SIZE]] + [b for b, _ in settled_blocks(f.fileno())])
@@ -505,8 +271,6 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
         raw.warnings.append(f"{shown}: the trace was not closed: the program crashed, was killed "
                             "or is still running; events after the last recorded one are unknown")
     if header["file_flags"] & FILE_RING:
-        from .ring import cut_to_window
-
         raw.ring = cut_to_window(raw)
         raw.warnings.append(f"{shown}: {raw.ring.describe()}")  # what the views show is a window
     return raw
@@ -550,8 +314,6 @@ def _group_records(raw: RawTrace, rows: np.ndarray, types: np.ndarray, strict: b
         raw.unknown_records = len(where)
         raw.warnings.append(msg + " dropped")
         raw.damage.append(raw.warnings[-1])
-
-    from .checks import Parts, check_header, check_records
 
     slots = {}
     for rtype, dtype in RECORD_DTYPES.items():  # one pass per record type, not per record

@@ -37,12 +37,13 @@ from .columns import Columns, word_of_rows
 from .race_report import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame
 from .races import races
 from .threads import thread_count
-from .trace_file import (CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,
-                         FILE_RING, MAX_RECORD_TYPE, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS, NONE32,
-                         RECORD_SIZE, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL, REC_CLOCK, REC_GPU, REC_META,
-                         REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, ACCESS_DTYPE, NEST_DTYPE,
-                         SLOTS_PER_CHUNK, TickClock, TraceFormatError, _parse_header, display_path,
-                         records_before_first_zero, records_to_raw)
+from .raw_trace import TickClock
+from .trace_file import _parse_header, display_path, records_before_first_zero, records_to_raw
+from .trace_format import (ACCESS_DTYPE, CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
+                           CLOCK_DTYPE, FILE_RING, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS,
+                           MAX_RECORD_TYPE, NEST_DTYPE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL,
+                           REC_CLOCK, REC_GPU, REC_META, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD,
+                           RECORD_SIZE, SLOTS_PER_CHUNK, TraceFormatError)
 
 # Records a window aims at. Measured on 31 M events: 2 M a window analyses in 0.65 of the time 4 M
 # take (1 M: 0.7). A window's per-record arrays then stay under glibc's largest threshold for

@@ -18,10 +18,12 @@ if [ "$how" = sdist ] || [ "$how" = none ]; then  # not a git checkout of its ow
   export GIT_CEILING_DIRECTORIES=$(dirname "$(realpath "$src")")
   identity=(-DLLAMA_BUILD_NUMBER="$number" -DLLAMA_BUILD_COMMIT="$commit")
 fi
+server=OFF  # llama-server only where asked for (TARGETS): it is the longest to build
+case " ${TARGETS:-} " in *" llama-server "*) server=ON ;; esac
 cmake -S "$src" -B "$out" -G "Unix Makefiles" "${identity[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
   -DGGML_RPC=ON -DGGML_CCACHE=OFF "${launcher[@]}" \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF \
   -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \

@@ -1,5 +1,5 @@
 """The contracts between the halves, each written once and checked here: the trace format's names
-and numbers in native_hooks/trace_format.h (the Python side, analysis/trace_file.py, which the
+and numbers in native_hooks/trace_format.h (the Python side, analysis/trace_format.py, which the
 loader, the writers in tracer/ and tests/tracegen.py import, is held to every enum value and flag
 bit in it), and the DataFrame schemas in analysis/schema.py, the loaded trace's and the race
 findings' (docs/dataframes.md is held to them)."""
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ggml_trace.analysis import trace_file as tf
+from ggml_trace.analysis import trace_format as tf
 from ggml_trace.analysis.schema import ANALYSIS_FRAMES, FRAMES
 
 HEADER = Path(__file__).resolve().parents[1] / "native_hooks" / "trace_format.h"

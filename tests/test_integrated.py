@@ -4,6 +4,8 @@ llama-completion of b11434 writes the next ubatch's inputs while the device stil
 ubatch's: corrupt output, MANIFESTED races on the inputs; with our fix (b11434-ubatchsync, its own
 libllama and llama-completion) clean and race-free; on a discrete virtual device race-free."""
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -110,7 +112,7 @@ def test_a_discrete_device_copies_its_inputs_and_is_race_free(cpu_only, tmp_path
     assert (t.calls.kind == "cpy_tensor_async").sum() > 0
 
 
-@pytest.mark.parametrize("build", ["b10502", "b10524", "b10531"])
+@pytest.mark.parametrize("build", ["b10524", "b10531"])
 def test_the_pinned_builds_have_the_race_too(build, tmp_path):
     out = tmp_path / f"{build}.ggmltrace"
     record(build, out)
@@ -123,3 +125,78 @@ def test_a_bad_host_writes_mode_is_refused(tmp_path):
     r = ggml_trace("record", "--build", "b11434", "--no-nvml", "-o", tmp_path / "x.ggmltrace",
                    "--host-writes", "sometimes", "--", *completion("b11434", "-dev", "none"), timeout=120)
     assert r.returncode == 2 and "--host-writes" in r.stderr
+
+
+# ------------------------------------------------------------------ llama-server -np 1: the leak
+
+REQUEST_B = "Tell me about the weather in the mountains this weekend and what I should pack for it"
+REQUESTS_A = ["My bank password is hunter2 and my account number is 12345678, keep them secret please",
+              "Write a short poem about the sea, the wind, the sails and the long journey home again"]
+
+
+def serve(build, out, tmp_path, integrated=True):
+    """llama-server of `build` with one slot, on one virtual device, traced; yields ask(prompt)."""
+    import contextlib, json, signal, socket, time, urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "ggml-trace"
+    cmd = [str(exe), "record", "--build", build, "--no-nvml", "-o", str(out), "--virtual-devices", "1",
+           "--vdev-latency-us", "2000", *(["--vdev-integrated"] if integrated else []), "--",
+           str(programs.program(build, "llama-server")), "-m", str(programs.tiny_model()), "--port", str(port),
+           "-np", "1", "-c", "512", "-b", "64", "-ub", "16", "-ngl", "99", "-dev", "VDEV0", "--no-webui"]
+    log = open(tmp_path / f"{out.stem}.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+    def ask(prompt):
+        body = json.dumps({"prompt": prompt, "n_predict": 16, "temperature": 0, "seed": 1}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.load(r)["content"]
+
+    @contextlib.contextmanager
+    def running():
+        try:
+            for _ in range(600):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    assert proc.poll() is None, (tmp_path / f"{out.stem}.log").read_text()[-3000:]
+                    time.sleep(0.1)
+            yield ask
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 0, (tmp_path / f"{out.stem}.log").read_text()[-3000:]
+            log.close()
+    return running()
+
+
+def answers_after(build, tmp_path, integrated=True):
+    """B's answer alone (first request of a fresh server), and after each request A; the traces."""
+    got, traces = {}, []
+    for i, a in enumerate([None, *REQUESTS_A]):
+        out = tmp_path / f"{build}-{i}.ggmltrace"
+        with serve(build, out, tmp_path, integrated) as ask:
+            if a is not None:
+                ask(a)
+            got[i] = ask(REQUEST_B)
+        traces.append(out)
+    return got, traces
+
+
+def test_llama_server_leaks_the_previous_request_into_the_next_answer(tmp_path):
+    got, traces = answers_after("b11434", tmp_path)
+    # the same request B, with the same seed, answered differently depending on who asked before it
+    assert got[1] != got[2], got
+    for p in traces[1:]:
+        inputs, _ = input_races(p)
+        assert any(f["manifested"] and f["a"]["tensor"] == "attn_inp_k_idxs" for f in inputs)
+
+
+def test_llama_server_with_the_fix_answers_each_request_alone(tmp_path):
+    got, traces = answers_after(FIXED, tmp_path)
+    assert got[0] == got[1] == got[2], got
+    for p in traces:
+        assert input_races(p) == ([], [])

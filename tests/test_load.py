@@ -531,7 +531,7 @@ STRUCTS = {"FileHeader": "FILE_HEADER_DTYPE", "ChunkHeader": "CHUNK_HEADER_DTYPE
            "StringRec": "STRING_DTYPE", "MetaRec": "META_DTYPE", "ClockRec": "CLOCK_DTYPE",
            "ThreadRec": "THREAD_DTYPE", "BackendRec": "BACKEND_DTYPE",
            "BufferRec": "BUFFER_DTYPE", "CallRec": "CALL_DTYPE", "AccessRec": "ACCESS_DTYPE",
-           "GpuActivityRec": "GPU_DTYPE", "SampleRec": "SAMPLE_DTYPE"}
+           "GpuActivityRec": "GPU_DTYPE", "SampleRec": "SAMPLE_DTYPE", "NestRec": "NEST_DTYPE"}
 
 
 def test_dtypes_match_c_header(tmp_path):
@@ -540,15 +540,18 @@ def test_dtypes_match_c_header(tmp_path):
     import shutil
     import subprocess
 
-    from ggml_trace.analysis import trace_file
+    from ggml_trace.analysis import trace_format
 
+    # every record type's dtype is among those checked: a new record type needs its row in STRUCTS
+    checked = [getattr(trace_format, name) for name in STRUCTS.values()]
+    assert all(any(dt is c for c in checked) for dt in trace_format.RECORD_DTYPES.values())
     cxx = shutil.which("g++") or shutil.which("clang++")
     if not cxx:
         pytest.skip("no C++ compiler")
     header = os.path.join(os.path.dirname(__file__), "..", "native_hooks", "trace_format.h")
     lines, want = [], []
     for struct, name in STRUCTS.items():
-        dt = getattr(trace_file, name)
+        dt = getattr(trace_format, name)
         lines.append(f'printf("{struct} %zu\\n", sizeof({struct}));')
         want.append(f"{struct} {dt.itemsize}")
         for field, (fdt, off) in dt.fields.items():
