@@ -65,7 +65,20 @@ def first_graph_ns(t: Trace) -> int:
     return int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min()) if len(c) else 0
 
 
-def run_totals(t: Trace) -> dict:
+def split_structure(t: Trace) -> pd.Series:
+    """Per graph, its splits' backends in order, joined: "CPU,VDEV0,CPU"."""
+    sp = t.splits.dropna(subset=["graph"])
+    if not len(sp):
+        return pd.Series(dtype=object)
+    order = np.lexsort((sp["split"].to_numpy(np.int64), sp["graph"].to_numpy(np.int64)))
+    g = sp["graph"].to_numpy(np.int64)[order]
+    names = sp["backend"].astype(str).to_numpy(object)[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    ends = np.r_[starts[1:], len(g)]
+    return pd.Series([",".join(names[a:b]) for a, b in zip(starts.tolist(), ends.tolist())], index=g[starts])
+
+
+def run_totals(t: Trace, with_structure: bool = True) -> dict:
     """One run's totals (TIMES and COUNTS, ns and counts) and its graphs' split structure."""
     c = t.calls
     kind = c["kind"]  # categorical: compared with names as it is
@@ -88,8 +101,7 @@ def run_totals(t: Trace) -> dict:
     s = stalls(t)
     st = stall_totals(s)
     cp = t.copies
-    structure = (t.splits.dropna(subset=["graph"]).sort_values(["graph", "split"])
-                 .groupby("graph")["backend"].agg(lambda b: ",".join(b.astype(str))))
+    structure = split_structure(t) if with_structure else None
     out = {
         "wall_ns": wall, "host_blocked_ns": st["blocked_ns"], "avoidable_blocked_ns": st["avoidable_blocked_ns"],
         "device_busy_ns": busy, "device_idle_ns": max(len(per_queue) * wall - busy, 0),
@@ -104,7 +116,7 @@ def run_totals(t: Trace) -> dict:
 
 def side(traces: list[Trace]) -> dict:
     """A set of runs: each metric's median and range, and the first run's graph structure."""
-    runs = [run_totals(t) for t in traces]
+    runs = [run_totals(t, with_structure=i == 0) for i, t in enumerate(traces)]
     df = pd.DataFrame([r["totals"] for r in runs])
     return {"runs": len(runs), "median": {k: float(df[k].median()) for k in df},
             "min": {k: int(df[k].min()) for k in df}, "max": {k: int(df[k].max()) for k in df},
@@ -129,7 +141,7 @@ def compare(a: list[Trace], b: list[Trace]) -> dict:
         diff[k] = d
     ga, gb = sa["structure"], sb["structure"]
     both = ga.index.intersection(gb.index)
-    differing = [int(g) for g in both if ga[g] != gb[g]]
+    differing = both[(ga[both].to_numpy() != gb[both].to_numpy())].astype(int).tolist()
     return {
         "a": {"runs": sa["runs"], "totals": sa["median"], "min": sa["min"], "max": sa["max"]},
         "b": {"runs": sb["runs"], "totals": sb["median"], "min": sb["min"], "max": sb["max"]},

@@ -174,9 +174,7 @@ class _Model:
         g = wk.groupby("seg")
         last = wk.loc[g["t"].idxmax()].set_index("seg")["call"]
         n_pending = g["pending"].sum()
-        pairs = wk.loc[wk["other"] >= 0, ["seg", "other"]].drop_duplicates().sort_values(["seg", "other"])
-        pairs["name"] = self.backend_name(pairs["other"].to_numpy())
-        via = pairs.groupby("seg")["name"].agg(", ".join)
+        via = self._via(seg, other)
         # accesses after each wait and before the next wait on q that drains at least as far (without
         # this wait, that one would order the same work: the wait is judged on its own), by anything
         # but q's own queue; a wait that reaches less far (an event recorded long ago) drains nothing new
@@ -209,6 +207,23 @@ class _Model:
         out["conflict"] = conflict
         return self._rows(out, self.backend_name(q))
 
+    def _via(self, seg: np.ndarray, other: np.ndarray) -> pd.Series:
+        """Per segment: the other queues its work came through, by name in code order, joined. As a
+        bit set per segment: the few distinct sets are named once."""
+        has = other >= 0
+        if not has.any():
+            return pd.Series(dtype=object)
+        if other.max() >= 64:  # more backends than bits: name each segment's set the slow way
+            p = pd.DataFrame({"seg": seg[has], "other": other[has]}).drop_duplicates().sort_values(["seg", "other"])
+            return p.assign(name=self.backend_name(p["other"].to_numpy())).groupby("seg")["name"].agg(", ".join)
+        bits = np.zeros(int(seg.max()) + 1, np.uint64)
+        np.bitwise_or.at(bits, seg[has], np.left_shift(np.uint64(1), other[has].astype(np.uint64)))
+        segs = np.flatnonzero(bits)
+        sets, inverse = np.unique(bits[segs], return_inverse=True)
+        names = [", ".join(self.backend_name(np.flatnonzero([(int(s) >> b) & 1 for b in range(64)])))
+                 for s in sets.tolist()]
+        return pd.Series(np.asarray(names, dtype=object)[inverse], index=segs)
+
     def _conflicts(self, work: pd.DataFrame, later_seg: np.ndarray, n: int):
         """Per segment (n of them): whether an access of its drained work and one of the later calls
         overlap in bytes, one writing; and the first such pair in words."""
@@ -221,17 +236,16 @@ class _Model:
         l = np.flatnonzero(l_seg >= 0)
         if len(d) == 0 or len(l) == 0:
             return needed, conflict
-        m = pd.DataFrame({"seg": d_seg[d], "buf": self.a_buf[d], "d": d}).merge(
-            pd.DataFrame({"seg": l_seg[l], "buf": self.a_buf[l], "l": l}), on=["seg", "buf"])
-        dd, ll = m["d"].to_numpy(), m["l"].to_numpy()
+        dd, ll = _join(d_seg[d], self.a_buf[d], l_seg[l], self.a_buf[l])
+        dd, ll = d[dd], l[ll]
         cd, cl = self.a_call[dd], self.a_call[ll]
         same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
         hit = ((self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd])
                & (self.a_write[dd] | self.a_write[ll]) & ~same_queue)
-        m = m[hit].drop_duplicates("seg")
-        sg = m["seg"].to_numpy()
+        dd, ll = dd[hit], ll[hit]
+        sg, first = np.unique(d_seg[dd], return_index=True)  # the first conflicting pair of each segment
         needed[sg] = True
-        conflict[sg] = [f"{self._access(x)} before {self._access(y)}" for x, y in zip(m["d"], m["l"])]
+        conflict[sg] = [f"{self._access(x)} before {self._access(y)}" for x, y in zip(dd[first], ll[first])]
         return needed, conflict
 
     def _access(self, a: int) -> str:
@@ -275,6 +289,20 @@ class _Model:
             "waited_end": pd.array([pd.NA] * n, dtype="Int64"), "via": [None] * n, "pending": np.zeros(n, np.int64),
             "needed": pd.array([pd.NA] * n, dtype="boolean"), "avoidable": np.zeros(n, bool), "conflict": [None] * n,
         }) if n else pd.DataFrame()
+
+
+def _join(seg_a, buf_a, seg_b, buf_b):
+    """Inner join on (segment, buffer): the row pairs (i of a, j of b), in a's order, then b's (as
+    a pandas merge orders them)."""
+    bufs, inv = np.unique(np.concatenate([buf_a, buf_b]), return_inverse=True)
+    key_a = seg_a.astype(np.int64) * len(bufs) + inv[:len(buf_a)]
+    key_b = seg_b.astype(np.int64) * len(bufs) + inv[len(buf_a):]
+    order = np.argsort(key_b, kind="stable")
+    lo = np.searchsorted(key_b[order], key_a, side="left")
+    cnt = np.searchsorted(key_b[order], key_a, side="right") - lo
+    i = np.repeat(np.arange(len(key_a)), cnt)
+    within = np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    return i, order[np.repeat(lo, cnt) + within]
 
 
 def _masked(values, keep: np.ndarray, dtype: str):
