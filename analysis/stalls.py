@@ -117,7 +117,7 @@ class _Model:
         self.point = self.t_begin.copy()
         self.event_source = np.full(len(c), -1, np.int64)  # event_wait: where its event was recorded
         self._events(t.sync, index)
-        self.a_buf = a["buffer"].to_numpy(np.uint64)[keep]
+        self.a_buf = pd.factorize(a["buffer"].to_numpy(np.uint64)[keep])[0]  # buffers as codes: the join's key
         self.a_off = a["offset"].to_numpy(np.uint64)[keep]
         self.a_end = a["end"].to_numpy(np.uint64)[keep]
         modes = pd.Index(a["mode"].cat.categories)
@@ -294,9 +294,9 @@ class _Model:
 def _join(seg_a, buf_a, seg_b, buf_b):
     """Inner join on (segment, buffer): the row pairs (i of a, j of b), in a's order, then b's (as
     a pandas merge orders them)."""
-    bufs, inv = np.unique(np.concatenate([buf_a, buf_b]), return_inverse=True)
-    key_a = seg_a.astype(np.int64) * len(bufs) + inv[:len(buf_a)]
-    key_b = seg_b.astype(np.int64) * len(bufs) + inv[len(buf_a):]
+    n_buf = int(max(buf_a.max(initial=0), buf_b.max(initial=0))) + 1  # buffers come as codes
+    key_a = seg_a.astype(np.int64) * n_buf + buf_a
+    key_b = seg_b.astype(np.int64) * n_buf + buf_b
     order = np.argsort(key_b, kind="stable")
     lo = np.searchsorted(key_b[order], key_a, side="left")
     cnt = np.searchsorted(key_b[order], key_a, side="right") - lo
