@@ -4,7 +4,7 @@ of b11434 on the tiny model, on one integrated virtual device without latency, t
 falls on every mode alike. Prints the median wall time and prompt throughput of each mode and its
 ratio to `off`.
 
-    python bench/bench_host_writes.py [--rounds 5] [--tokens 400] [--ubatch 64]
+    python bench/bench_host_writes.py [--rounds 5] [--words 400] [--ubatch 64]
 """
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ def run(mode: str, prompt: str, ubatch: int, out: Path) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=400, help="prompt words (about one token each)")
+    ap.add_argument("--words", type=int, default=400, help="prompt words (about five tokens each with the tiny model)")
     ap.add_argument("--ubatch", type=int, default=64)
     a = ap.parse_args()
-    prompt = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(a.tokens))
+    prompt = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(a.words))
     walls = {m: [] for m in MODES}
     tps = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as d:
@@ -58,7 +58,7 @@ def main() -> int:
                 tps[mode].append(t)
         sizes = {m: os.path.getsize(Path(d) / f"{m}.ggmltrace") for m in MODES}
     base_w, base_t = statistics.median(walls["off"]), statistics.median(tps["off"])
-    print(f"host writes: llama-completion b11434, tiny model, {a.tokens}-word prompt, -ub {a.ubatch}, "
+    print(f"host writes: llama-completion b11434, tiny model, {a.words}-word prompt, -ub {a.ubatch}, "
           f"one integrated virtual device; {a.rounds} interleaved rounds, medians")
     print(f"{'mode':<8} {'wall s':>8} {'vs off':>8} {'prompt t/s':>11} {'vs off':>8} {'trace KiB':>10}")
     for m in MODES:
