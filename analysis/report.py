@@ -53,10 +53,12 @@ VDEV_OPTIONS = {"GGML_TRACE_VIRTUAL_DEVICES": "--virtual-devices", "GGML_TRACE_V
                 "GGML_TRACE_VDEV_JITTER_US": "--vdev-jitter-us",
                 "GGML_TRACE_VDEV_BANDWIDTH_GBPS": "--vdev-bandwidth-gbps", "GGML_TRACE_VDEV_SEED": "--vdev-seed"}
 # flags: on where the variable is set to anything but "0" (as the hooks read them)
-FLAG_OPTIONS = {"GGML_TRACE_VDEV_ALLREDUCE": "--vdev-allreduce", "GGML_TRACE_DEVICE_TIMING": "--device-timing",
-                "GGML_TRACE_CUPTI": "--cupti", "GGML_TRACE_START_PAUSED": "--paused"}
+FLAG_OPTIONS = {"GGML_TRACE_VDEV_ALLREDUCE": "--vdev-allreduce", "GGML_TRACE_VDEV_INTEGRATED": "--vdev-integrated",
+                "GGML_TRACE_DEVICE_TIMING": "--device-timing", "GGML_TRACE_CUPTI": "--cupti",
+                "GGML_TRACE_START_PAUSED": "--paused"}
 RING_VARS = ("GGML_TRACE_RING_SECONDS", "GGML_TRACE_RING_BYTES")
-OPTION_VARS = {*VDEV_OPTIONS, *FLAG_OPTIONS, *RING_VARS}
+HOST_WRITES = "GGML_TRACE_HOST_WRITES"  # --host-writes MODE, left out at its default (infer)
+OPTION_VARS = {*VDEV_OPTIONS, *FLAG_OPTIONS, *RING_VARS, HOST_WRITES}
 
 
 def _zero(value: str) -> bool:
@@ -84,6 +86,8 @@ def _record_command(trace, name: str, argv: list[str]) -> list[str]:
     on["GGML_TRACE_DEVICE_TIMING"] |= bool(sources & {"events", "markers"})
     on["GGML_TRACE_CUPTI"] |= meta.get("cupti") == "on"
     opts += [opt for var, opt in FLAG_OPTIONS.items() if on[var]]
+    if env.get(HOST_WRITES, "infer") not in ("", "infer"):
+        opts += ["--host-writes", env[HOST_WRITES]]
     seconds, size = (env.get(v) for v in RING_VARS)
     if seconds:
         opts += ["--ring", seconds] + (["--ring-max", size] if size else [])

@@ -86,6 +86,10 @@ def test_observed_stores_are_the_bytes_that_changed(tmp_path):
     stored = [f for f in inputs if f["a"]["tensor"] in STORED]
     assert stored and all(f["b"]["kind"] == "host_write" for f in stored)
     assert any(f["manifested"] for f in stored)
+    # the bug-report page reproduces the run with the same device and mode
+    page = tmp_path / "report.html"
+    assert ggml_trace("report", out, "-o", page).returncode == 0
+    assert "--vdev-integrated --host-writes observe" in page.read_text()
 
 
 def test_the_fix_is_clean_and_race_free(cpu_only, tmp_path):
