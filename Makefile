@@ -67,11 +67,22 @@ $(BUILD_DIR)/src/llama-b%/.fetched:
 	scripts/fetch_llama.sh $* $(BUILD_DIR)/src/llama-b$*
 	touch $@
 
-$(BUILD_DIR)/llama-b%/.built: $(BUILD_DIR)/src/llama-b%/.fetched scripts/build_llama.sh | $(VENV)/.installed
+# ggml alone (base, CPU, RPC): what the hooks and the scenario programs are built against
+$(BUILD_DIR)/llama-b%/.ggml: $(BUILD_DIR)/src/llama-b%/.fetched scripts/build_llama.sh | $(VENV)/.installed
+	TARGETS=ggml scripts/build_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*
+	touch $@
+
+# ... and llama.cpp's programs
+$(BUILD_DIR)/llama-b%/.built: $(BUILD_DIR)/llama-b%/.ggml
 	scripts/build_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*
 	touch $@
 
-$(BUILD_DIR)/llama-b%/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%/.built $(HOOK_SOURCES)
+# the two programs of b10531 that the demo runs (make demo builds no more than it needs)
+$(BUILD_DIR)/llama-b10531/.demo: $(BUILD_DIR)/llama-b10531/.ggml
+	TARGETS="llama-completion ggml-rpc-server" scripts/build_llama.sh $(BUILD_DIR)/src/llama-b10531/llama.cpp $(BUILD_DIR)/llama-b10531
+	touch $@
+
+$(BUILD_DIR)/llama-b%/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%/.ggml $(HOOK_SOURCES)
 	scripts/build_hooks.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*/bin b$*
 
 $(PATCHED): $(BUILD_DIR)/llama-b10531/.built patches/meta-allreduce-scratch.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
@@ -108,7 +119,9 @@ $(MODEL): scripts/make_tiny_model.py | $(VENV)/.installed
 	mkdir -p $(dir $@)
 	$(VPY) scripts/make_tiny_model.py $@
 
-demo: setup
+# the #23321 scenario on b10524 and b10531 (ggml and the hooks), and a CPU + RPC run of b10531
+demo: $(VENV)/.installed $(BUILD_DIR)/llama-b10524/bin/libggml-trace-hooks.so \
+      $(BUILD_DIR)/llama-b10531/bin/libggml-trace-hooks.so $(BUILD_DIR)/llama-b10531/.demo $(MODEL)
 	$(VPY) -m ggml_trace.tracer.demo
 
 test: setup
