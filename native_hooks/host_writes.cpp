@@ -138,8 +138,11 @@ void host_writes_before_compute(ggml_cgraph * graph) {
                        g_api.nbytes(t), tensor_name(t), t, 0, true);
         }
     } else if (g_mode == Mode::OBSERVE) {
+        // compared now, and let go until this compute returns: inside it the scheduler may
+        // reallocate the buffers, and its own waits are not the program's stores
         std::lock_guard<std::mutex> lock(g_kept_mutex);
-        compare_kept();
+        if (g_n_kept) compare_kept();
+        g_n_kept = 0;
     }
     t_noted.n = 0;
 }
