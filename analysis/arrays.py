@@ -10,18 +10,18 @@ import pandas as pd
 from .trace_format import KIND_IDS
 
 
-def _ids(kinds: list[str]) -> np.ndarray:
+def kind_ids(kinds: list[str]) -> np.ndarray:
     return np.array([KIND_IDS[k] for k in kinds], np.uint8)
 
 
-def _nullable(values: np.ndarray, missing: np.ndarray, dtype: str = "Int64"):
+def nullable(values: np.ndarray, missing: np.ndarray, dtype: str = "Int64"):
     """Nullable integer array (pandas Int64/UInt64) without going through Python objects."""
     np_dtype = np.uint64 if dtype == "UInt64" else np.int64
     return pd.arrays.IntegerArray(np.asarray(values).astype(np_dtype, copy=False),
                                   np.asarray(missing, bool))
 
 
-def _take(values: np.ndarray, idx: np.ndarray, fill):
+def take_filled(values: np.ndarray, idx: np.ndarray, fill):
     """values[idx], with `fill` where idx == -1."""
     if fill < 0 and values.dtype.kind == "u":  # never put a negative int in an unsigned array
         values = values.astype(np.int64)
@@ -32,18 +32,18 @@ def _take(values: np.ndarray, idx: np.ndarray, fill):
     return np.where(idx >= 0, values[np.maximum(idx, 0)], fill).astype(values.dtype, copy=False)
 
 
-def _codes(series: pd.Series) -> np.ndarray:
+def cat_codes(series: pd.Series) -> np.ndarray:
     """A categorical column's codes as int64 (-1: missing)."""
     return np.asarray(series.cat.codes, np.int64)
 
 
-def _int(series, fill: int = -1) -> np.ndarray:
+def int_values(series, fill: int = -1) -> np.ndarray:
     """An integer column as int64 with `fill` where missing; it may also be float or object
     (a column that went through a merge or concat with missing rows)."""
     return pd.Series(series).astype("Int64").to_numpy(dtype=np.int64, na_value=fill)
 
 
-def _categorical(keys: np.ndarray, label_of) -> pd.Categorical:
+def categorical(keys: np.ndarray, label_of) -> pd.Categorical:
     """Categorical of label_of(key): label_of runs once per distinct key (None -> missing)."""
     codes, uniq = pd.factorize(keys)
     labels = np.array([label_of(k) for k in uniq.tolist()], dtype=object)
@@ -54,19 +54,19 @@ def _categorical(keys: np.ndarray, label_of) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=cats, validate=False)
 
 
-def _rows(recs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def take_rows(recs: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """recs[idx] for a structured record array, done on a raw-bytes view: numpy's per-field
     copy path for structured dtypes is ~10x slower."""
     raw = recs.view(np.dtype((np.void, recs.dtype.itemsize)))
     return raw[idx].view(recs.dtype)
 
 
-def _frame(columns: dict) -> pd.DataFrame:
+def frame_of(columns: dict) -> pd.DataFrame:
     """DataFrame over freshly made arrays: copy=False skips pandas' consolidating copy."""
     return pd.DataFrame(columns, copy=False)
 
 
-def _with_codes(codes: np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical:
+def with_codes(codes: np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical:
     """Codes made by the loader's own tables (-1 or an index into dtype's categories: every
     table maps what it does not know to -1), so pandas' range check is skipped."""
     codes = np.asarray(codes)
@@ -75,7 +75,7 @@ def _with_codes(codes: np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical
     return pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
 
 
-def _lookup(keys, queries: np.ndarray) -> np.ndarray:
+def lookup(keys, queries: np.ndarray) -> np.ndarray:
     """Row of each query in `keys` (first match), -1 where absent. `keys` may be a pd.Index made
     once for many lookups (its hash table is built on first use and kept)."""
     if len(keys) == 0:
@@ -88,7 +88,7 @@ def _lookup(keys, queries: np.ndarray) -> np.ndarray:
         n_runs = int(np.count_nonzero(head))
         if n_runs < len(queries) // 2:
             run = np.cumsum(head) - 1
-            return _lookup(keys, queries[head])[run]
+            return lookup(keys, queries[head])[run]
     index = keys if isinstance(keys, pd.Index) else pd.Index(keys)
     if index.is_unique:  # hash lookup; fall back to a sorted search for duplicate keys
         return index.get_indexer(queries).astype(np.int64, copy=False)
@@ -99,7 +99,7 @@ def _lookup(keys, queries: np.ndarray) -> np.ndarray:
     return np.where(s[pos] == queries, order[pos], -1)
 
 
-def _pick_lifetime(l_key, l_t, q_key, q_t) -> np.ndarray:
+def pick_lifetime(l_key, l_t, q_key, q_t) -> np.ndarray:
     """For each query: the lifetime with l_key == q_key whose start l_t is the latest <= q_t
     (the earliest of them if all start later). -1 if no lifetime has that key."""
     n = len(l_key)
@@ -129,11 +129,11 @@ def _pick_lifetime(l_key, l_t, q_key, q_t) -> np.ndarray:
 
 # -- for the race analysis (analysis/races.py) ------------------------------------------------
 
-def _bits(x: int) -> int:
+def bit_width(x: int) -> int:
     return max(int(x), 1).bit_length()
 
 
-def _rank_in_group(group: np.ndarray) -> np.ndarray:
+def rank_in_group(group: np.ndarray) -> np.ndarray:
     """1-based position of each element among those with the same group, in array order."""
     n = len(group)
     if n == 0:
@@ -147,12 +147,12 @@ def _rank_in_group(group: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _last_before(e_group, e_pos, q_group, q_pos) -> np.ndarray:
+def last_before(e_group, e_pos, q_group, q_pos) -> np.ndarray:
     """For each query: the element with the same group whose pos is the largest < q_pos
     (-1 if none). Groups and positions are non-negative integers."""
     if len(e_group) == 0 or len(q_group) == 0:
         return np.full(len(q_group), -1, np.int64)
-    shift = _bits(max(e_pos.max(), q_pos.max()) + 1)
+    shift = bit_width(max(e_pos.max(), q_pos.max()) + 1)
     ek = (e_group.astype(np.int64) << shift) | e_pos.astype(np.int64)
     order = np.argsort(ek, kind="stable")
     ks = ek[order]
@@ -163,12 +163,12 @@ def _last_before(e_group, e_pos, q_group, q_pos) -> np.ndarray:
     return np.where(ok, order[jj], -1)
 
 
-def _at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def take_int(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """values[idx] (int64), -1 where idx is -1."""
-    return _take(np.asarray(values, np.int64), np.asarray(idx, np.int64), -1)
+    return take_filled(np.asarray(values, np.int64), np.asarray(idx, np.int64), -1)
 
 
-def _objects(table: np.ndarray, codes: np.ndarray) -> list:
+def objects_at(table: np.ndarray, codes: np.ndarray) -> list:
     """table[codes] as a list, None where the code is -1."""
     if len(table) == 0:
         return [None] * len(codes)
@@ -177,7 +177,7 @@ def _objects(table: np.ndarray, codes: np.ndarray) -> list:
     return v.tolist()
 
 
-def _ints(values: np.ndarray) -> list:
+def ints_or_none(values: np.ndarray) -> list:
     """Python ints, None where negative (the NA fill)."""
     v = np.asarray(values, np.int64).astype(object)
     v[np.asarray(values) < 0] = None

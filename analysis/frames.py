@@ -6,7 +6,7 @@ analysis/load.py puts them in a Trace.
 Everything is computed on whole numpy arrays: names are mapped once per distinct string id,
 joins are hash or sorted lookups over whole columns, never per-row Python.
 
-Longer than the ~600 lines a module is held to: _Loader alone is ~575, one class whose methods
+Longer than the ~600 lines a module is held to: Loader alone is ~575, one class whose methods
 share the arrays of one load (call rows, buffer lifetimes); cutting it would split that state.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import (_categorical, _frame, _lookup, _nullable, _pick_lifetime, _rows, _take,
-                     _with_codes)
+from .arrays import (categorical, frame_of, lookup, nullable, pick_lifetime, take_filled, take_rows,
+                     with_codes)
 from .kinds import ASYNC_KINDS, COPY_KINDS, EVENT_KINDS, MARK_KINDS, SYNC_KINDS
 from .raw_trace import RawTrace
 from .threads import side_by_side
@@ -52,7 +52,7 @@ COPY_KIND_DTYPE = pd.CategoricalDtype(COPY_KINDS_CUPTI)
 I64_MAX = np.iinfo(np.int64).max
 
 
-class _Loader:
+class Loader:
     """Builds the DataFrames of one RawTrace. Methods run in order; each keeps the numpy
     arrays the later ones need (call rows, buffer lifetimes) so joins stay in numpy."""
 
@@ -71,17 +71,17 @@ class _Loader:
         return self.strings.get(sid, MISSING_STRING)
 
     def names(self, ids: np.ndarray) -> pd.Categorical:
-        return _categorical(ids, self.label)
+        return categorical(ids, self.label)
 
     # ---------------------------------------------------------------------------------------
     def threads(self) -> pd.DataFrame:
         r = self.raw.threads
-        r = _rows(r, np.argsort(r["t"], kind="stable"))
+        r = take_rows(r, np.argsort(r["t"], kind="stable"))
         # A thread may be announced again (e.g. once named): the latest record wins.
         last = len(r) - 1 - np.unique(r["thread"][::-1], return_index=True)[1]
-        r = _rows(r, np.sort(last))
-        r = _rows(r, np.argsort(r["thread"], kind="stable"))
-        return _frame({
+        r = take_rows(r, np.sort(last))
+        r = take_rows(r, np.argsort(r["thread"], kind="stable"))
+        return frame_of({
             "thread": r["thread"].astype(np.int64),
             "os_tid": r["os_tid"].astype(np.uint64),
             "name": self.names(r["name"]),
@@ -89,17 +89,17 @@ class _Loader:
 
     def backends(self) -> pd.DataFrame:
         r = self.raw.backends
-        r = _rows(r, np.argsort(r["t"], kind="stable"))
-        r = _rows(r, np.unique(r["backend"], return_index=True)[1])  # first; by index
+        r = take_rows(r, np.argsort(r["t"], kind="stable"))
+        r = take_rows(r, np.unique(r["backend"], return_index=True)[1])  # first; by index
         self.b_index = r["backend"].astype(np.int64)
         name = self.names(r["name"])
         dev = r["device_type"].astype(np.int64)
-        df = _frame({
+        df = frame_of({
             "backend": self.b_index,
             "name": name,
             "device_name": self.names(r["device_name"]),
             "device_description": self.names(r["device_description"]),
-            "device_type": _with_codes(np.where(dev < 4, dev, 4),
+            "device_type": with_codes(np.where(dev < 4, dev, 4),
                                        pd.CategoricalDtype(DEVICE_TYPES)),
             "has_async": r["has_async"] != 0,
             "has_events": r["has_events"] != 0,
@@ -129,13 +129,13 @@ class _Loader:
             lut = np.full(4097, -1, np.int32)
             lut[self.b_keys] = self.b_codes
             return lut[np.minimum(idx, 4096)]
-        return _take(self.b_codes, _lookup(self.b_keys, idx), -1)
+        return take_filled(self.b_codes, lookup(self.b_keys, idx), -1)
 
     # ---------------------------------------------------------------------------------------
     def buffers(self) -> pd.DataFrame:
         r = self.raw.buffers
         order = np.lexsort((r["t"], r["ptr"]))  # per buffer, in time order (ties: file order)
-        r = _rows(r, order)
+        r = take_rows(r, order)
         n = len(r)
         ptr = r["ptr"]
         freed = r["event"] == BUF_FREED
@@ -158,14 +158,14 @@ class _Loader:
         ended = freed[last]
         # Attributes from the latest record that is not the FREED one (usage can change).
         attr = np.where(ended & (last > start), last - 1, last)
-        a = _rows(r, attr)
+        a = take_rows(r, attr)
         is_host = a["is_host"] != 0
 
         # Owning backend: host memory -> the CPU backend; otherwise the one on that device.
         cpu = np.flatnonzero(self.b_devtype == 0)
         cpu_code = self.b_codes[cpu[0]] if len(cpu) else -1
-        dev_code = _take(self.b_codes[: len(self.b_device_ptr)],
-                         _lookup(self.b_device_ptr, a["device_ptr"].astype(np.uint64)), -1)
+        dev_code = take_filled(self.b_codes[: len(self.b_device_ptr)],
+                         lookup(self.b_device_ptr, a["device_ptr"].astype(np.uint64)), -1)
         backend = np.where(is_host, cpu_code, dev_code)
 
         first_seen = self.rel(r["t"][start])
@@ -182,18 +182,18 @@ class _Loader:
         self.lt_first = sel(first_seen)
         self.lt_backend = sel(backend)
         usage = a["usage"].astype(np.int64)
-        return _frame({
+        return frame_of({
             "buffer": self.lt_ptr,
             "generation": sel(generation).astype(np.int64),
             "base": self.lt_base,
             "size": self.lt_size,
-            "usage": _with_codes(sel(np.where(usage < 3, usage, -1)),
+            "usage": with_codes(sel(np.where(usage < 3, usage, -1)),
                                  pd.CategoricalDtype(USAGES)),
             "is_host": self.lt_host,
             "buft_name": self.names(sel(a["buft_name"])),
-            "backend": _with_codes(self.lt_backend, self.backend_dtype),
+            "backend": with_codes(self.lt_backend, self.backend_dtype),
             "first_seen": self.lt_first,
-            "freed": _nullable(sel(freed_t), ~sel(ended)),
+            "freed": nullable(sel(freed_t), ~sel(ended)),
         })
 
     def resolve(self, buffer: np.ndarray, offset: np.ndarray, t: np.ndarray):
@@ -201,7 +201,7 @@ class _Loader:
         address: find the host buffer containing it and rewrite (buffer, offset) in place.
         Returns (lifetime row or -1, buffer, offset)."""
         raw_addr = np.flatnonzero(buffer == 0)
-        lt = _pick_lifetime(self.lt_ptr, self.lt_first, buffer, t)
+        lt = pick_lifetime(self.lt_ptr, self.lt_first, buffer, t)
         lt[raw_addr] = -1
         host = np.flatnonzero(self.lt_host)
         if len(raw_addr) and len(host):
@@ -209,7 +209,7 @@ class _Loader:
             bases = np.unique(self.lt_base[host])
             j = np.searchsorted(bases, addr, side="right") - 1
             cand = bases[np.maximum(j, 0)]  # the nearest host buffer base at or below addr
-            h = _pick_lifetime(self.lt_base[host], self.lt_first[host], cand, t[raw_addr])
+            h = pick_lifetime(self.lt_base[host], self.lt_first[host], cand, t[raw_addr])
             h = np.where(h >= 0, host[np.maximum(h, 0)], -1)
             hb = np.maximum(h, 0)
             base = self.lt_base[hb]
@@ -252,18 +252,18 @@ class _Loader:
         self.c_obj = r["obj"].astype(np.uint64)
         self.c_arg = r["arg"].astype(np.uint64)
         self.c_flags = r["flags"].astype(np.uint8)
-        return _frame({
+        return frame_of({
             "call_id": self.c_id,
-            "kind": _with_codes(self.c_kind, self.kind_dtype),
+            "kind": with_codes(self.c_kind, self.kind_dtype),
             "thread": self.c_thread,
             "t_begin": self.c_t_begin,
             "t_end": self.c_t_end,
             "duration": self.c_t_end - self.c_t_begin,
-            "backend": _with_codes(self.c_backend, self.backend_dtype),
-            "backend2": _with_codes(self.backend_codes(r["backend2"]), self.backend_dtype),
-            "sched": _nullable(sched, self.c_sched_na),
-            "graph": _nullable(graph, self.c_graph_na),
-            "split": _nullable(split, self.c_split_na),
+            "backend": with_codes(self.c_backend, self.backend_dtype),
+            "backend2": with_codes(self.backend_codes(r["backend2"]), self.backend_dtype),
+            "sched": nullable(sched, self.c_sched_na),
+            "graph": nullable(graph, self.c_graph_na),
+            "split": nullable(split, self.c_split_na),
             "obj": self.c_obj,
             "arg": self.c_arg,
             "failed": (r["flags"] & CALL_FAILED) != 0,
@@ -278,7 +278,7 @@ class _Loader:
         (a range over the calls it made); a call it made has its parent's call_id, the device
         index within the meta backend, the meta subgraph and its role."""
         n = self.raw.nest
-        rows = _lookup(self.c_index, n["call_id"].astype(np.uint64))
+        rows = lookup(self.c_index, n["call_id"].astype(np.uint64))
         ok = rows >= 0
         rows = rows[ok]
         parent = np.zeros(len(self.c_id), np.uint64)
@@ -295,9 +295,9 @@ class _Loader:
         return {
             "meta_parent": self.c_meta_parent,
             "parent": parent,
-            "device_index": _nullable(device, device < 0),
-            "meta_subgraph": _nullable(sub, sub < 0),
-            "role": _with_codes(role, pd.CategoricalDtype(META_ROLES)),
+            "device_index": nullable(device, device < 0),
+            "meta_subgraph": nullable(sub, sub < 0),
+            "role": with_codes(role, pd.CategoricalDtype(META_ROLES)),
         }
 
     def call_columns(self, rows: np.ndarray, cols: list[str], t_fill: int = 0) -> dict:
@@ -318,14 +318,14 @@ class _Loader:
         out = {}
         for c in cols:
             if c == "kind":
-                out[c] = _with_codes(take(self.c_kind, -1), self.kind_dtype)
+                out[c] = with_codes(take(self.c_kind, -1), self.kind_dtype)
             elif c == "backend":
-                out[c] = _with_codes(take(self.c_backend, -1), self.backend_dtype)
+                out[c] = with_codes(take(self.c_backend, -1), self.backend_dtype)
             elif c in ("sched", "graph", "split"):
                 v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
-                out[c] = _nullable(take(v, 0), take(na, True))
+                out[c] = nullable(take(v, 0), take(na, True))
             elif c in ("t_begin", "t_end"):
-                out[c] = _nullable(take(getattr(self, "c_" + c), t_fill), miss)
+                out[c] = nullable(take(getattr(self, "c_" + c), t_fill), miss)
         return out
 
     def kind_table(self, kinds: list[str]) -> np.ndarray:
@@ -349,11 +349,11 @@ class _Loader:
     def accesses(self) -> pd.DataFrame:
         a = self.raw.accesses
         call_id = a["call_id"]
-        rows = _lookup(self.c_index, call_id)
+        rows = lookup(self.c_index, call_id)
         self.a_call = rows
         # Buffer records are written before the call ends, so match lifetimes at the call's
         # end (accesses without a call: the latest lifetime).
-        t_end = _take(self.c_t_end, rows, I64_MAX)
+        t_end = take_filled(self.c_t_end, rows, I64_MAX)
 
         def lifetimes():
             return self.resolve(a["buffer"].astype(np.uint64), a["offset"].astype(np.uint64), t_end)
@@ -372,38 +372,38 @@ class _Loader:
         op, index = a["op"].astype(np.int64), a["index"].astype(np.int64)
         mlut = np.full(256, -1, np.int8)
         mlut[[ACC_READ, ACC_WRITE]] = [0, 1]
-        return _frame({
+        return frame_of({
             "call_id": call_id.copy(),
             "kind": cc["kind"],
-            "mode": _with_codes(mlut[mode], pd.CategoricalDtype(MODES)),
+            "mode": with_codes(mlut[mode], pd.CategoricalDtype(MODES)),
             "buffer": buffer,
             "offset": offset,
             "size": size.copy(),
             "end": offset + size,
             "tensor": self.a_tensor,
             "node": node,
-            "op": _nullable(op, op == NONE32),
-            "index": _nullable(index, index == NONE32),
+            "op": nullable(op, op == NONE32),
+            "index": nullable(index, index == NONE32),
             "backend": cc["backend"],
             "thread": a["thread"].astype(np.int64),
             "sched": cc["sched"],
             "graph": cc["graph"],
             "split": cc["split"],
             "t_begin": cc["t_begin"],
-            "t_end": _nullable(t_end, rows < 0),
+            "t_end": nullable(t_end, rows < 0),
         })
 
     def allocations(self) -> pd.DataFrame:
         p = self.raw.places
         call_id = p["call_id"].astype(np.uint64)
-        rows = _lookup(self.c_index, call_id)
+        rows = lookup(self.c_index, call_id)
         cc = self.call_columns(rows, ["sched", "graph", "t_end"], t_fill=I64_MAX)
         _, buffer, offset = self.resolve(p["buffer"].astype(np.uint64),
                                          p["offset"].astype(np.uint64),
                                          cc["t_end"].to_numpy(np.int64, na_value=I64_MAX))
         size = p["size"].astype(np.uint64)
         op, index = p["op"].astype(np.int64), p["index"].astype(np.int64)
-        return _frame({
+        return frame_of({
             "call_id": call_id,
             "sched": cc["sched"],
             "graph": cc["graph"],
@@ -413,8 +413,8 @@ class _Loader:
             "size": size,
             "end": offset + size,
             "tensor": self.names(p["tensor"]),
-            "op": _nullable(op, op == NONE32),
-            "index": _nullable(index, index == NONE32),
+            "op": nullable(op, op == NONE32),
+            "index": nullable(index, index == NONE32),
         })
 
     def copies(self, calls: pd.DataFrame) -> pd.DataFrame:
@@ -435,10 +435,10 @@ class _Loader:
         cols = {}
         for side, acc in sides.items():
             miss = acc < 0
-            cols[f"{side}_buffer"] = _nullable(_take(self.a_buffer, acc, 0), miss, "UInt64")
-            cols[f"{side}_offset"] = _nullable(_take(self.a_offset, acc, 0), miss, "UInt64")
-            cols[f"{side}_tensor"] = _with_codes(_take(self.a_tensor.codes, acc, -1), self.a_tensor.dtype)
-            cols[f"{side}_backend"] = _with_codes(_take(self.lt_backend, _take(self.a_lt, acc, -1), -1),
+            cols[f"{side}_buffer"] = nullable(take_filled(self.a_buffer, acc, 0), miss, "UInt64")
+            cols[f"{side}_offset"] = nullable(take_filled(self.a_offset, acc, 0), miss, "UInt64")
+            cols[f"{side}_tensor"] = with_codes(take_filled(self.a_tensor.codes, acc, -1), self.a_tensor.dtype)
+            cols[f"{side}_backend"] = with_codes(take_filled(self.lt_backend, take_filled(self.a_lt, acc, -1), -1),
                                                   self.backend_dtype)
         for name in ("src_buffer", "src_offset", "dst_buffer", "dst_offset", "src_tensor",
                      "dst_tensor", "src_backend", "dst_backend"):
@@ -462,7 +462,7 @@ class _Loader:
                                                 "duration", "backend", "sched", "graph",
                                                 "split"])
         is_event = self.kind_table(EVENT_KINDS)[self.c_kind[rows]]
-        df.insert(7, "event", _nullable(self.c_obj[rows], ~is_event, "UInt64"))
+        df.insert(7, "event", nullable(self.c_obj[rows], ~is_event, "UInt64"))
         return df
 
     def device(self, calls: pd.DataFrame) -> pd.DataFrame:
@@ -471,26 +471,26 @@ class _Loader:
         Where the enqueuing call is missing, backend/graph/split are the record's own. `source`
         says who observed the interval (see DEVICE_SOURCES)."""
         rows = np.flatnonzero(self.c_kindnum == KIND_IDS[DEVICE_KIND])
-        enq = _lookup(self.c_index, self.c_obj[rows])
+        enq = lookup(self.c_index, self.c_obj[rows])
         found = enq >= 0
         src = np.where(found, enq, rows)  # where to take backend/graph/split from
         kind = np.where(found, self.c_kind[np.maximum(enq, 0)], -1)
         cols = {}
         for c in ("graph", "split"):
             v, na = getattr(self, "c_" + c), getattr(self, f"c_{c}_na")
-            cols[c] = _nullable(v[src], na[src])
+            cols[c] = nullable(v[src], na[src])
         flags = self.c_flags[rows].astype(np.int64)  # int64 first: -1 below must fit
         source = (flags >> DEVICE_SOURCE_SHIFT) & 3
-        return _frame({
+        return frame_of({
             "call_id": self.c_obj[rows],
-            "kind": _with_codes(kind, self.kind_dtype),
-            "backend": _with_codes(self.c_backend[src], self.backend_dtype),
+            "kind": with_codes(kind, self.kind_dtype),
+            "backend": with_codes(self.c_backend[src], self.backend_dtype),
             "graph": cols["graph"],
             "split": cols["split"],
             "t_begin": self.c_t_begin[rows],
             "t_end": self.c_t_end[rows],
             "thread": self.c_thread[rows],
-            "source": _with_codes(SOURCE_OF_RECORD[source], SOURCE_DTYPE),
+            "source": with_codes(SOURCE_OF_RECORD[source], SOURCE_DTYPE),
             "start_estimated": (flags & DEVICE_START_ESTIMATED) != 0,
             "end_late": (flags & DEVICE_END_LATE) != 0,
         })
@@ -502,47 +502,47 @@ class _Loader:
         corr = g[g["kind"] == GPU_CORRELATION]
         api = g[g["kind"] == GPU_API]
         act = g[(g["kind"] >= GPU_KERNEL) & (g["kind"] <= GPU_MEMSET)]
-        act = _rows(act, np.argsort(act["t_begin_ns"], kind="stable"))
+        act = take_rows(act, np.argsort(act["t_begin_ns"], kind="stable"))
         # CUPTI's times are CLOCK_MONOTONIC through our timestamp callback, else CLOCK_REALTIME.
         realtime = meta.get("cupti.clock") == "realtime"
         t0 = np.int64(self.raw.header["t0_realtime_ns" if realtime else "t0_monotonic_ns"])
         a_corr = act["correlation"].astype(np.uint64)
         # The launching call: through CUPTI's external correlation records (the call ids the
         # hooks pushed) ...
-        pos = _lookup(corr["correlation"].astype(np.uint64), a_corr)
+        pos = lookup(corr["correlation"].astype(np.uint64), a_corr)
         hit = pos >= 0
-        call_id = _take(corr["name"].astype(np.uint64), pos, 0)
-        rows = np.where(hit, _lookup(self.c_index, call_id), -1)
+        call_id = take_filled(corr["name"].astype(np.uint64), pos, 0)
+        rows = np.where(hit, lookup(self.c_index, call_id), -1)
         # ... else through the runtime API call that launched it: the innermost traced call on
         # the same thread that was running when the API call began.
-        api_pos = _lookup(api["correlation"].astype(np.uint64), a_corr)
+        api_pos = lookup(api["correlation"].astype(np.uint64), a_corr)
         via_api = np.flatnonzero(~hit & (api_pos >= 0))
         if len(via_api):
             pos = api_pos[via_api]
             th = self.raw.threads
-            tpos = _lookup(th["os_tid"].astype(np.uint64), api["stream"][pos].astype(np.uint64))
-            thread = _take(th["thread"].astype(np.int64), tpos, -1)
+            tpos = lookup(th["os_tid"].astype(np.uint64), api["stream"][pos].astype(np.uint64))
+            thread = take_filled(th["thread"].astype(np.int64), tpos, -1)
             found = self.enclosing_call(thread, api["t_begin_ns"][pos].astype(np.int64) - t0)
             rows[via_api] = found
-            call_id[via_api] = _take(self.c_id, found, 0)
+            call_id[via_api] = take_filled(self.c_id, found, 0)
             hit = rows >= 0
         cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
         kind = act["kind"].astype(np.int64)
         copy_kind = act["copy_kind"].astype(np.int64)
         is_kernel = kind == GPU_KERNEL
-        return _frame({
-            "kind": _with_codes(kind - GPU_KERNEL, GPU_KIND_DTYPE),
+        return frame_of({
+            "kind": with_codes(kind - GPU_KERNEL, GPU_KIND_DTYPE),
             "name": self.names(np.where(is_kernel, act["name"], 0).astype(np.uint64)),
             "device": act["device"].astype(np.int64),
             "stream": act["stream"].astype(np.int64),
             "t_begin": act["t_begin_ns"].astype(np.int64) - t0,
             "t_end": act["t_end_ns"].astype(np.int64) - t0,
-            "copy_kind": _with_codes(np.where(~is_kernel & (copy_kind < len(COPY_KINDS_CUPTI)),
+            "copy_kind": with_codes(np.where(~is_kernel & (copy_kind < len(COPY_KINDS_CUPTI)),
                                               copy_kind, -1), COPY_KIND_DTYPE),
             "bytes": np.where(is_kernel, 0, act["bytes"]).astype(np.int64),
             "grid": np.where(is_kernel, act["bytes"], 0).astype(np.int64),
             "correlation": act["correlation"].astype(np.int64),
-            "call_id": _nullable(call_id, ~hit, "UInt64"),
+            "call_id": nullable(call_id, ~hit, "UInt64"),
             "call_kind": cc["kind"],
             "backend": cc["backend"],
             "graph": cc["graph"],
@@ -587,13 +587,13 @@ class _Loader:
         end = np.full(len(uniq), np.iinfo(np.int64).min, np.int64)
         np.minimum.at(begin, inv, a["t_begin"].to_numpy(np.int64))
         np.maximum.at(end, inv, a["t_end"].to_numpy(np.int64))
-        rows = _lookup(self.c_index, uniq)
+        rows = lookup(self.c_index, uniq)
         cc = self.call_columns(rows, ["kind", "backend", "graph", "split"])
         n = len(uniq)
-        return _frame({
+        return frame_of({
             "call_id": uniq, "kind": cc["kind"], "backend": cc["backend"], "graph": cc["graph"],
             "split": cc["split"], "t_begin": begin, "t_end": end, "thread": np.full(n, -1, np.int64),
-            "source": _with_codes(np.full(n, DEVICE_SOURCES.index("cupti")), SOURCE_DTYPE),
+            "source": with_codes(np.full(n, DEVICE_SOURCES.index("cupti")), SOURCE_DTYPE),
             "start_estimated": np.zeros(n, bool), "end_late": np.zeros(n, bool),
         })
 
@@ -603,21 +603,21 @@ class _Loader:
         df, rows = self.sub(calls, [DELAY_KIND], ["call_id", "backend", "graph", "split",
                                                   "thread", "t_begin", "t_end"])
         target = self.c_obj[rows]
-        trow = _lookup(self.c_index, target)
+        trow = lookup(self.c_index, target)
         arg = self.c_arg[rows]
         flags = self.c_flags[rows].astype(np.int64)
         where = (flags >> DELAY_WHERE_SHIFT) & 3
         dev = device[device["kind"] == DELAY_KIND]
-        drow = _lookup(dev["call_id"].to_numpy(np.uint64), df["call_id"].to_numpy(np.uint64))
+        drow = lookup(dev["call_id"].to_numpy(np.uint64), df["call_id"].to_numpy(np.uint64))
         miss = drow < 0
         df.insert(1, "target_call_id", target)
         df.insert(2, "target_kind", self.call_columns(trow, ["kind"])["kind"])
         df["requested_ns"] = (arg & np.uint64((1 << DELAY_RULE_SHIFT) - 1)).astype(np.int64)
-        df["where"] = _with_codes(np.where(where < 3, where, -1), DELAY_WHERE)
+        df["where"] = with_codes(np.where(where < 3, where, -1), DELAY_WHERE)
         df["rule"] = (arg >> np.uint64(DELAY_RULE_SHIFT)).astype(np.int64)
         df["failed"] = (flags & CALL_FAILED) != 0
-        df["device_begin"] = _nullable(_take(dev["t_begin"].to_numpy(np.int64), drow, 0), miss)
-        df["device_end"] = _nullable(_take(dev["t_end"].to_numpy(np.int64), drow, 0), miss)
+        df["device_begin"] = nullable(take_filled(dev["t_begin"].to_numpy(np.int64), drow, 0), miss)
+        df["device_end"] = nullable(take_filled(dev["t_end"].to_numpy(np.int64), drow, 0), miss)
         return df
 
     def marks(self, calls: pd.DataFrame) -> pd.DataFrame:
@@ -627,17 +627,17 @@ class _Loader:
 
     def meta(self) -> dict:
         m = self.raw.meta
-        m = _rows(m, np.argsort(m["t"], kind="stable"))
+        m = take_rows(m, np.argsort(m["t"], kind="stable"))
         # A handful of records: a plain loop is clearest. Later values win.
         return {self.label(int(k)) or "": self.label(int(v)) or ""
                 for k, v in zip(m["key"].tolist(), m["value"].tolist())}
 
     def gpu_samples(self) -> pd.DataFrame:
         s = self.raw.samples
-        s = _rows(s, np.argsort(s["t_ns"], kind="stable"))
+        s = take_rows(s, np.argsort(s["t_ns"], kind="stable"))
         # Sample times are CLOCK_MONOTONIC ns already (no tick conversion).
         t = s["t_ns"].astype(np.int64) - np.int64(self.raw.header["t0_monotonic_ns"])
-        return _frame({
+        return frame_of({
             "t": t,
             "device": s["device"].astype(np.int64),
             "metric": self.names(s["metric"]),

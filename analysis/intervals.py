@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from .arrays import _codes, _int, _lookup, _take
+from .arrays import cat_codes, int_values, lookup, take_filled
 from .frames import DEVICE_KIND, backend_labels
 from .kinds import COPY_KINDS, GPU_KINDS
 from .load import best_device_intervals
@@ -160,7 +160,7 @@ class IntervalModel:
         tr = self.trace
         calls, copies, splits = tr.calls, tr.copies, tr.splits
         dev = best_device_intervals(tr.device)
-        kind = _codes(calls["kind"])
+        kind = cat_codes(calls["kind"])
         host = kind != self.kinds.index(DEVICE_KIND) if DEVICE_KIND in self.kinds else np.ones(
             len(calls), bool)
         c = calls[host]
@@ -169,12 +169,12 @@ class IntervalModel:
         lane = np.minimum(_depth(call_thread, t0, t1), MAX_LANES - 1)
         base = {
             "call_id": c["call_id"].to_numpy(np.uint64),
-            "kind": _codes(c["kind"]),
+            "kind": cat_codes(c["kind"]),
             "t0": t0, "t1": t1,
             "thread": call_thread,
-            "backend": _codes(c["backend"]),
-            "graph": _int(c["graph"]),
-            "split": _int(c["split"]),
+            "backend": cat_codes(c["backend"]),
+            "graph": int_values(c["graph"]),
+            "split": int_values(c["split"]),
             "arg": c["arg"].to_numpy(np.float64),
         }
         host_iv = pd.DataFrame(base)
@@ -188,7 +188,7 @@ class IntervalModel:
             "call_id": copies["call_id"].to_numpy(np.uint64),
             "src_t": self._tensor_codes(copies["src_tensor"]),
             "dst_t": self._tensor_codes(copies["dst_tensor"]),
-            "src_b": _codes(copies["src_backend"]), "dst_b": _codes(copies["dst_backend"]),
+            "src_b": cat_codes(copies["src_backend"]), "dst_b": cat_codes(copies["dst_backend"]),
             "src_buf": np.asarray(copies["src_buffer"].astype("Float64").fillna(-1), np.float64),
             "dst_buf": np.asarray(copies["dst_buffer"].astype("Float64").fillna(-1), np.float64),
             "src_off": np.asarray(copies["src_offset"].astype("Float64").fillna(-1), np.float64),
@@ -209,7 +209,7 @@ class IntervalModel:
             mn = mn.astype("category")
             self.mark_names = [str(x) for x in mn.cat.categories]
             host_iv = host_iv.merge(pd.DataFrame({"call_id": marks["call_id"].to_numpy(np.uint64),
-                                                  "mark": _codes(mn)}), on="call_id", how="left")
+                                                  "mark": cat_codes(mn)}), on="call_id", how="left")
         # split inputs for graph_compute
         host_iv = host_iv.merge(pd.DataFrame({"call_id": splits["call_id"].to_numpy(np.uint64),
                                               "inputs": splits["n_inputs"].to_numpy(np.int64)}),
@@ -227,8 +227,8 @@ class IntervalModel:
         missing = dev_iv["kind"].isna().to_numpy()
         if missing.any():  # enqueuing call not in the trace: use the device record's own fields
             d = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
-                              "kind": _codes(dev["kind"]), "backend": _codes(dev["backend"]),
-                              "graph": _int(dev["graph"]), "split": _int(dev["split"]),
+                              "kind": cat_codes(dev["kind"]), "backend": cat_codes(dev["backend"]),
+                              "graph": int_values(dev["graph"]), "split": int_values(dev["split"]),
                               "thread": dev["thread"].to_numpy(np.int64)}).drop_duplicates(
                 "call_id").set_index("call_id")
             for col in ("kind", "backend", "graph", "split", "thread"):
@@ -252,7 +252,7 @@ class IntervalModel:
         execs = pd.concat([sync_exec, dev_exec], ignore_index=True)
         execs["rtype"] = ROW_EXEC
         execs["lane"] = 0
-        execs["group"] = self.backend_group[_int(execs["backend"])]
+        execs["group"] = self.backend_group[int_values(execs["backend"])]
         cps = pd.concat([sync_copy, dev_copy], ignore_index=True)
         cps["rtype"] = ROW_COPIES
         cps["lane"] = 0
@@ -278,7 +278,7 @@ class IntervalModel:
         g = self.gpu
         if len(g) == 0:
             return pd.DataFrame()
-        group = self.backend_group[_codes(g["backend"])]
+        group = self.backend_group[cat_codes(g["backend"])]
         by_name = np.array([self.group_index.get(f"CUDA{d}", NONE) for d in range(
             int(g["device"].max()) + 1)], np.int64)
         group = np.where(group >= 0, group, by_name[g["device"].to_numpy(np.int64)])
@@ -286,17 +286,17 @@ class IntervalModel:
         names = pd.Categorical(names.fillna("").astype(str))
         base = len(self.mark_names)
         self.mark_names = self.mark_names + [str(x) for x in names.categories]
-        kind = self.kinds.index("kernel") + _codes(g["kind"])
+        kind = self.kinds.index("kernel") + cat_codes(g["kind"])
         # the launching call's thread, for "enqueued by"
         calls = self.trace.calls
         cid = g["call_id"].fillna(0).to_numpy(np.uint64)
-        thread = _take(calls["thread"].to_numpy(np.int64),
-                       _lookup(calls["call_id"].to_numpy(np.uint64), cid), NONE)
+        thread = take_filled(calls["thread"].to_numpy(np.int64),
+                       lookup(calls["call_id"].to_numpy(np.uint64), cid), NONE)
         out = pd.DataFrame({
             "call_id": cid,
             "kind": kind, "t0": g["t_begin"].to_numpy(np.int64), "t1": g["t_end"].to_numpy(np.int64),
-            "thread": thread, "backend": _codes(g["backend"]), "graph": _int(g["graph"]),
-            "split": _int(g["split"]),
+            "thread": thread, "backend": cat_codes(g["backend"]), "graph": int_values(g["graph"]),
+            "split": int_values(g["split"]),
             "arg": np.where(g["kind"] == "kernel", g["grid"], g["bytes"]).astype(np.float64),
             "rtype": ROW_KERNELS, "lane": 0, "group": group, "device": True,
             "mark": base + names.codes.astype(np.int64),
@@ -307,7 +307,7 @@ class IntervalModel:
         """Codes of a tensor-name column in the tensor table (the accesses' categories)."""
         if list(col.cat.categories) != self.tensors:
             col = col.cat.set_categories(self.tensors)
-        return _codes(col)
+        return cat_codes(col)
 
     def _access_summary(self) -> pd.DataFrame:
         """Per call: how many reads and writes, their bytes, and the last tensor written
@@ -318,7 +318,7 @@ class IntervalModel:
         a = pd.DataFrame({"call_id": acc["call_id"].to_numpy(np.uint64), "n_r": ~w, "n_w": w,
                           "b_r": np.where(w, 0.0, size), "b_w": np.where(w, size, 0.0)})
         out = a.groupby("call_id", sort=False).sum()
-        last = pd.Series(_codes(acc["tensor"])[w], index=a["call_id"].to_numpy()[w])
+        last = pd.Series(cat_codes(acc["tensor"])[w], index=a["call_id"].to_numpy()[w])
         out["last_w"] = last[~last.index.duplicated(keep="last")].reindex(out.index)
         return out.reset_index()
 

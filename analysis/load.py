@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from .allreduce import allreduce_paths
-from .arrays import _ids
+from .arrays import kind_ids
 from .build_info import build_info
-from .frames import SOURCE_PRIORITY, _Loader, backend_labels
+from .frames import SOURCE_PRIORITY, Loader, backend_labels
 from .kinds import SCHED_KINDS
 from .meta import recorded_env
 from .raw_trace import RawTrace
@@ -112,7 +112,7 @@ def _not_attached(raw: RawTrace, meta: dict) -> str | None:
     why = meta.get("disabled")
     if why is not None:
         return f"the hooks refused this program's ggml: {why or 'no reason recorded'}"
-    sched = np.isin(raw.calls["kind"], _ids(SCHED_KINDS))
+    sched = np.isin(raw.calls["kind"], kind_ids(SCHED_KINDS))
     if not sched.any():
         return ("no ggml backend scheduler ran while tracing (the program never created one, "
                 "or capture was paused throughout)")
@@ -128,7 +128,7 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
 def load_raw(raw: RawTrace) -> Trace:
     """The DataFrames of records already read (read_trace_file, or a window of a larger trace:
     analysis/windows.py)."""
-    ld = _Loader(raw)
+    ld = Loader(raw)
     threads = ld.threads()
     backends = ld.backends()
     buffers = ld.buffers()

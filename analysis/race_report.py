@@ -124,7 +124,7 @@ def _py(v):
     return v
 
 
-def _missing_column(a: dict, b: dict, memory: list) -> list:
+def missing_column(a: dict, b: dict, memory: list) -> list:
     """missing_words for every finding; describe_op runs once per distinct operation shape."""
     memo_op, memo_fix = {}, {}
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import (_at, _bits, _codes, _int, _ints, _last_before, _lookup, _nullable, _objects, _pick_lifetime,
-                     _rank_in_group)
+from .arrays import (bit_width, cat_codes, int_values, ints_or_none, last_before, lookup, nullable, objects_at,
+                     pick_lifetime, rank_in_group, take_int)
 from .frames import backend_labels
 from .kinds import ENQUEUE_KINDS, HOST_WRITE_KINDS
 from .load import best_device_intervals
-from .race_report import (BASES, CLASSES, EVENTS_TOLERANCE_NS, VERDICTS, RaceReport, _missing_column,
+from .race_report import (BASES, CLASSES, EVENTS_TOLERANCE_NS, VERDICTS, RaceReport, missing_column,
                           findings_frame, format_report, verdict_words)
 from .schema import FINDING_SIDE
 
@@ -89,7 +89,7 @@ class _Analysis:
             "manifested": p["manifested"].to_numpy(bool),
             "inverted": p["inverted"].to_numpy(bool),
             # only a latent pair has a margin
-            "margin_ns": _nullable(p["margin_ns"].to_numpy(np.int64), p["verdict"].to_numpy() != 1),
+            "margin_ns": nullable(p["margin_ns"].to_numpy(np.int64), p["verdict"].to_numpy() != 1),
             "verdict": pd.Categorical.from_codes(p["verdict"].to_numpy(np.int64), categories=VERDICTS),
             "basis": pd.Categorical.from_codes(p["basis"].to_numpy(np.int64), categories=BASES),
             "buffer": self.a_buffer[pa],
@@ -115,13 +115,13 @@ class _Analysis:
         calls = t.calls
         kinds = list(calls["kind"].cat.categories)
         self.kind_names = np.array(kinds, dtype=object)
-        kcode_all = _codes(calls["kind"])
+        kcode_all = cat_codes(calls["kind"])
         dev = kinds.index("device_exec") if "device_exec" in kinds else -2
         # A meta backend's call is only a range over the calls it made on its simple backends.
         parent = (calls["meta_parent"].to_numpy(bool) if "meta_parent" in calls
                   else np.zeros(len(calls), bool))
         keep = np.flatnonzero((kcode_all != dev) & ~parent)
-        self.c_role = (_codes(calls["role"])[keep] if "role" in calls
+        self.c_role = (cat_codes(calls["role"])[keep] if "role" in calls
                        else np.full(len(keep), -1, np.int64))
         self.role_names = np.array(list(calls["role"].cat.categories) if "role" in calls else [],
                                    dtype=object)
@@ -132,10 +132,10 @@ class _Analysis:
         self.c_thread = c["thread"].to_numpy(np.int64)
         self.c_t_begin = c["t_begin"].to_numpy(np.int64)
         self.c_t_end = c["t_end"].to_numpy(np.int64)
-        self.c_backend = _codes(c["backend"])
-        self.c_backend2 = _codes(c["backend2"])
-        self.c_graph = _int(c["graph"])
-        self.c_split = _int(c["split"])
+        self.c_backend = cat_codes(c["backend"])
+        self.c_backend2 = cat_codes(c["backend2"])
+        self.c_graph = int_values(c["graph"])
+        self.c_split = int_values(c["split"])
         self.c_obj = c["obj"].to_numpy(np.uint64)
         self.backend_names = np.array(list(calls["backend"].cat.categories), dtype=object)
 
@@ -156,7 +156,7 @@ class _Analysis:
 
         # Accesses per call (a copy without any access was declined: nothing was queued).
         acc = t.accesses
-        self.a_ord_all = _lookup(self.c_id, acc["call_id"].to_numpy(np.uint64))
+        self.a_ord_all = lookup(self.c_id, acc["call_id"].to_numpy(np.uint64))
         has_acc = np.zeros(n + 1, bool)
         has_acc[self.a_ord_all] = True  # -1 lands on the extra slot
         has_acc = has_acc[:n]
@@ -188,7 +188,7 @@ class _Analysis:
         comp = np.r_[tcomp, nt + qcomp].astype(np.int64)
         ordinal = np.r_[np.arange(n), eo].astype(np.int64)
         topo = np.r_[2 * np.arange(n), 2 * eo + 1].astype(np.int64)
-        seq = _rank_in_group(comp)  # ordinals are increasing within each part
+        seq = rank_in_group(comp)  # ordinals are increasing within each part
         # Store events in chain order (component, then topological order) so that a running
         # maximum down the rows is the program/queue order propagation.
         order = np.lexsort((topo, comp))
@@ -221,8 +221,8 @@ class _Analysis:
 
         def last_queue_op(qc: np.ndarray, before: np.ndarray) -> np.ndarray:
             """Queue event of component qc enqueued last before ordinal `before` (-1: none)."""
-            j = _last_before(q_comp, q_ord, np.maximum(qc, 0), before)
-            return _at(q_ev, np.where(qc >= 0, j, -1))
+            j = last_before(q_comp, q_ord, np.maximum(qc, 0), before)
+            return take_int(q_ev, np.where(qc >= 0, j, -1))
 
         # (6) synchronize(B) on an async backend: the host after B's queue so far. Clearing a
         # whole buffer of B does the same on the backends that matter (CUDA synchronizes the
@@ -238,9 +238,9 @@ class _Analysis:
         handles, h_rec = np.unique(self.c_obj[rec], return_inverse=True)
 
         def last_record(calls_idx: np.ndarray) -> np.ndarray:
-            h = _lookup(handles, self.c_obj[calls_idx])
-            j = _last_before(h_rec, rec, np.maximum(h, 0), calls_idx)
-            return _at(self.work_ev, _at(rec, np.where(h >= 0, j, -1)))
+            h = lookup(handles, self.c_obj[calls_idx])
+            j = last_before(h_rec, rec, np.maximum(h, 0), calls_idx)
+            return take_int(self.work_ev, take_int(rec, np.where(h >= 0, j, -1)))
 
         w = np.flatnonzero(kind_is(["event_wait"]))
         edges.append((last_record(w), self.work_ev[w]))  # a queue position on an async C
@@ -299,7 +299,7 @@ class _Analysis:
         acc = t.accesses
         buffer = acc["buffer"].to_numpy(np.uint64)
         size = acc["size"].to_numpy(np.uint64)
-        mode = _codes(acc["mode"])
+        mode = cat_codes(acc["mode"])
         ok = (self.a_ord_all >= 0) & (buffer != 0) & (size > 0) & (mode >= 0)
         keep = np.flatnonzero(ok)
         self.a_row = keep
@@ -308,14 +308,14 @@ class _Analysis:
         self.a_off = acc["offset"].to_numpy(np.uint64)[keep]
         self.a_end = acc["end"].to_numpy(np.uint64)[keep]
         self.a_write = mode[keep] == 1
-        self.a_tensor = _codes(acc["tensor"])[keep]
+        self.a_tensor = cat_codes(acc["tensor"])[keep]
         self.tensor_names = np.array(list(acc["tensor"].cat.categories), dtype=object)
-        self.a_node = _codes(acc["node"])[keep]
+        self.a_node = cat_codes(acc["node"])[keep]
         self.node_names = np.array(list(acc["node"].cat.categories), dtype=object)
         # Buffer lifetime, matched at the call's end like the loader does; a pointer without
         # any buffer record is one lifetime of its own.
         bf = t.buffers
-        lt = _pick_lifetime(bf["buffer"].to_numpy(np.uint64), bf["first_seen"].to_numpy(np.int64),
+        lt = pick_lifetime(bf["buffer"].to_numpy(np.uint64), bf["first_seen"].to_numpy(np.int64),
                             self.a_buffer, self.c_t_end[self.a_ord])
         miss = lt < 0
         if miss.any():
@@ -338,8 +338,8 @@ class _Analysis:
         seq = self.ev_seq[self.a_ev]
         topo = self.ev_topo[self.a_ev]
         g = self.a_lt * K + comp
-        shift = _bits(max(int(topo.max()), int(seq.max())) + 2)
-        if _bits(int(g.max()) + 1) + shift > 62:
+        shift = bit_width(max(int(topo.max()), int(seq.max())) + 2)
+        if bit_width(int(g.max()) + 1) + shift > 62:
             raise OverflowError("trace too large for the race analysis' packed keys")
         key = (g << shift) | topo  # (lifetime, component, topological position) packed: one sort key
         order = _sort_order(g, topo, key)
@@ -415,7 +415,7 @@ class _Analysis:
                               "bounds": src == "markers", "events": src == "events"})
             d = d.groupby("call_id", sort=False).agg(b=("b", "min"), e=("e", "max"),
                                                      bounds=("bounds", "any"), events=("events", "any"))
-            rows = _lookup(self.c_id, d.index.to_numpy(np.uint64))
+            rows = lookup(self.c_id, d.index.to_numpy(np.uint64))
             ok = rows >= 0
             begin[rows[ok]] = d["b"].to_numpy(np.int64)[ok]
             end[rows[ok]] = d["e"].to_numpy(np.int64)[ok]
@@ -518,21 +518,21 @@ class _Analysis:
         `missing` are made from them."""
         ex_b, ex_e, has_dev = self.ex
         return {
-            "backend": _objects(self.backend_names, self.c_backend[o]),
-            "graph": _ints(self.c_graph[o]),
-            "split": _ints(self.c_split[o]),
-            "kind": _objects(self.kind_names, self.c_kind[o]),
-            "tensor": _objects(self.tensor_names, self.a_tensor[acc]),
-            "node": _objects(self.node_names, self.a_node[acc]),
+            "backend": objects_at(self.backend_names, self.c_backend[o]),
+            "graph": ints_or_none(self.c_graph[o]),
+            "split": ints_or_none(self.c_split[o]),
+            "kind": objects_at(self.kind_names, self.c_kind[o]),
+            "tensor": objects_at(self.tensor_names, self.a_tensor[acc]),
+            "node": objects_at(self.node_names, self.a_node[acc]),
             "thread": self.c_thread[o].tolist(),
             "mode": np.array(MODES, dtype=object)[self.a_write[acc].astype(np.int64)].tolist(),
             "t_begin_ns": ex_b[o],
             "t_end_ns": ex_e[o],
             "device": has_dev[o].tolist(),
             "call_id": self.c_id[o].tolist(),
-            "role": _objects(self.role_names, self.c_role[o]),
+            "role": objects_at(self.role_names, self.c_role[o]),
             "queue": self.c_enq[o].tolist(),
-            "queue_backend": _objects(self.backend_names, self.c_qbackend[o]),
+            "queue_backend": objects_at(self.backend_names, self.c_qbackend[o]),
         }
 
     def describe(self, agg: pd.DataFrame) -> pd.DataFrame:
@@ -545,8 +545,8 @@ class _Analysis:
         known = lt < len(bf)
         ltk = np.where(known, lt, 0)
         gen = np.where(known, bf["generation"].to_numpy(np.int64)[ltk] if len(bf) else 0, -1)
-        btype = _objects(np.array(list(bf["buft_name"].cat.categories), dtype=object),
-                         np.where(known, _codes(bf["buft_name"])[ltk] if len(bf) else -1, -1))
+        btype = objects_at(np.array(list(bf["buft_name"].cat.categories), dtype=object),
+                         np.where(known, cat_codes(bf["buft_name"])[ltk] if len(bf) else -1, -1))
         self.latent_margin_ns = agg["margin_ns"].array
         verdict = agg["verdict"].to_numpy(np.int64)
         out = {
@@ -560,17 +560,17 @@ class _Analysis:
             for k in FINDING_SIDE:
                 out[f"{s}_{k}"] = sides[s][k]
         out["buffer"] = [f"0x{x:x}" for x in self.a_buffer[aa].tolist()]
-        out["generation"] = _ints(gen)
+        out["generation"] = ints_or_none(gen)
         out["buffer_type"] = btype
         out["range_start"] = np.maximum(self.a_off[aa], self.a_off[ab]).tolist()
         out["range_end"] = np.minimum(self.a_end[aa], self.a_end[ab]).tolist()
         is_host = np.where(known, bf["is_host"].to_numpy(bool)[ltk] if len(bf) else False, False)
         memory = ["host memory" if h else f"{b} device memory" if b else "device memory"
                   for h, b in zip(is_host.tolist(), btype)]
-        out["missing"] = _missing_column(sides["a"], sides["b"], memory)
-        out["first_graph"] = _ints(agg["graph"].to_numpy(np.int64))
+        out["missing"] = missing_column(sides["a"], sides["b"], memory)
+        out["first_graph"] = ints_or_none(agg["graph"].to_numpy(np.int64))
         out["first_t_ns"] = agg["t"].to_numpy(np.int64)
-        out["last_graph"] = _ints(agg["last_graph"].to_numpy(np.int64))
+        out["last_graph"] = ints_or_none(agg["last_graph"].to_numpy(np.int64))
         out["last_t_ns"] = agg["last_t"].to_numpy(np.int64)
         out["verdict"] = pd.Categorical.from_codes(verdict, categories=VERDICTS)
         out["basis"] = pd.Categorical.from_codes(agg["basis"].to_numpy(np.int64), categories=BASES)

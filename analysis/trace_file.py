@@ -32,7 +32,7 @@ COLUMNAR = (REC_CALL, REC_ACCESS, REC_PLACE)  # read into Columns; the other typ
 INCOMPLETE_STRING = "<incomplete string>"
 
 
-def _parse_header(data: np.ndarray, path: str) -> dict:
+def parse_header(data: np.ndarray, path: str) -> dict:
     size = len(data)
     if size < FILE_HEADER_DTYPE.itemsize:
         raise TraceFormatError(
@@ -81,7 +81,7 @@ def read_header(path: str | os.PathLike) -> dict:
             data = np.frombuffer(f.read(FILE_HEADER_DTYPE.itemsize), np.uint8)
     except OSError as e:
         raise TraceFormatError(f"{display_path(path)}: cannot read: {e}") from e
-    return _parse_header(data, display_path(path))
+    return parse_header(data, display_path(path))
 
 
 def records_before_first_zero(types: np.ndarray) -> np.ndarray:
@@ -215,7 +215,7 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
                 else np.zeros(0, np.uint8))
     except OSError as e:
         raise TraceFormatError(f"{display_path(path)}: cannot read: {e}") from e
-    header = _parse_header(data, display_path(path))
+    header = parse_header(data, display_path(path))
     # A copy taken while the writer ran holds what was recorded before it began (analysis/ring.py).
     taken_ns = header["snapshot_ns"] if header["file_flags"] & FILE_SNAPSHOT else None
     if header["file_flags"] & FILE_RING and not header["file_flags"] & (FILE_CLOSED | FILE_SNAPSHOT):

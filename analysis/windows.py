@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .arrays import _lookup
+from .arrays import lookup
 from .columns import Columns, word_of_rows
 from .race_report import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame
 from .races import races
 from .threads import thread_count
 from .raw_trace import TickClock
-from .trace_file import _parse_header, display_path, records_before_first_zero, records_to_raw
+from .trace_file import parse_header, display_path, records_before_first_zero, records_to_raw
 from .trace_format import (ACCESS_DTYPE, CALL_DTYPE, CALL_META_PARENT, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
                            CLOCK_DTYPE, FILE_RING, GPU_API, GPU_CORRELATION, GPU_DTYPE, HEADER_SIZE, KIND_IDS,
                            MAX_RECORD_TYPE, NEST_DTYPE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL,
@@ -150,7 +150,7 @@ def index_trace(path, progress=None, strict: bool = True) -> TraceIndex:
 
 def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
     header_page = np.frombuffer(os.pread(fd, HEADER_SIZE, 0), np.uint8)
-    header = _parse_header(header_page, shown)
+    header = parse_header(header_page, shown)
     if header["file_flags"] & FILE_RING:
         raise TraceFormatError(f"{shown}: a flight recorder's file is bounded: analyse it whole")
     body_size = max(size - HEADER_SIZE, 0)
@@ -332,10 +332,10 @@ def read_window(index: TraceIndex, w: Window, strict: bool = True, tail_ns: int 
     in_window = host & (begin >= w.context_ns) & (begin < w.end_ns)
     ids = pd.Index(calls["call_id"][in_window])
     # device-side records go with the call that enqueued the work
-    types[at[~(in_window | (~host & (_lookup(ids, calls["obj"]) >= 0)))]] = 0
+    types[at[~(in_window | (~host & (lookup(ids, calls["obj"]) >= 0)))]] = 0
     for rtype, dtype in ((REC_ACCESS, ACCESS_DTYPE), (REC_PLACE, ACCESS_DTYPE), (REC_NEST, NEST_DTYPE)):
         at = np.flatnonzero(types == rtype)
-        types[at[_lookup(ids, word_of_rows(rows, dtype, "call_id", at)) < 0]] = 0
+        types[at[lookup(ids, word_of_rows(rows, dtype, "call_id", at)) < 0]] = 0
     at = np.flatnonzero(types == REC_GPU)
     gpu = rows[at].view(GPU_DTYPE)[:, 0]
     t0 = index.header["t0_monotonic_ns"]

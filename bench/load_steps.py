@@ -15,7 +15,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from ggml_trace.analysis.frames import _Loader  # noqa: E402
+from ggml_trace.analysis.frames import Loader  # noqa: E402
 from ggml_trace.analysis.threads import thread_count  # noqa: E402
 from ggml_trace.analysis.trace_file import read_trace_file  # noqa: E402
 from tracegen import synth_trace  # noqa: E402
@@ -34,7 +34,7 @@ def one_load(path: str) -> dict[str, float]:
 
     raw = read_trace_file(path)
     step("read and check records")
-    ld = _Loader(raw)
+    ld = Loader(raw)
     ld.threads(), ld.backends(), ld.buffers()
     step("threads, backends, buffers")
     calls = ld.calls()
