@@ -1,5 +1,6 @@
 """ggml-trace analysis: load a binary trace into pandas DataFrames."""
-from .load import Trace, load, summarize
+from .load import Trace, load
+from .summary import summarize
 from .races import RaceReport, races
 from . import stalls  # analysis.stalls.stalls(trace): why the host waited
 from .trace_format import TraceFormatError

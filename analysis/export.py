@@ -20,6 +20,7 @@ import pandas as pd
 
 from .intervals import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, IntervalModel
 from .schema import FRAMES
+from .summary import summarize
 from .view_text import StringTables, bar_labels
 
 BACKEND_PID_BASE = 1_000_000_000  # backend "processes": far from any real pid
@@ -282,7 +283,7 @@ def export_parquet(trace, directory) -> list[Path]:
     p.write_text(json.dumps({"source": getattr(trace, "display_path", None) or str(trace.path),
                              "meta": trace.meta, "header": header,
                              "nvml": getattr(trace, "nvml", None),
-                             "warnings": list(trace.warnings), "summary": trace.summary()},
+                             "warnings": list(trace.warnings), "summary": summarize(trace)},
                             indent=2, default=str))
     out.append(p)
     return out

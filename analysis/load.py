@@ -1,7 +1,8 @@
 """Load a ggml-trace file into a Trace: one pandas DataFrame per kind of thing (see
 docs/dataframes.md for every column), built by analysis/frames.py from the records
-analysis/trace_file.py reads; summarize(), and the readers of a loaded trace that other modules
-share (best_device_intervals, backend_labels; recorded_env, from meta.py, is importable here too).
+analysis/trace_file.py reads, and the readers of a loaded trace that other modules share
+(best_device_intervals, backend_labels; recorded_env, from meta.py, is importable here too).
+What a trace holds in counts is summary.py's summarize(trace), above this module: it judges.
 """
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from .allreduce import allreduce_paths
 from .arrays import kind_ids
-from .build_info import build_info
 from .frames import SOURCE_PRIORITY, Loader, backend_labels
 from .kinds import SCHED_KINDS
 from .meta import recorded_env
@@ -21,7 +20,7 @@ from .raw_trace import RawTrace
 from .trace_file import display_path, read_trace_file
 from .trace_format import FILE_SNAPSHOT
 
-__all__ = ["Trace", "load", "load_raw", "summarize", "best_device_intervals", "recorded_env", "backend_labels"]
+__all__ = ["Trace", "load", "load_raw", "best_device_intervals", "recorded_env", "backend_labels"]
 
 
 # -- the Trace --------------------------------------------------------------------------------
@@ -59,9 +58,6 @@ class Trace:
         self.nvml = nvml
         for name, df in frames.items():
             setattr(self, name, df)
-
-    def summary(self) -> dict:
-        return summarize(self)
 
     def banner(self) -> str:
         """One line for the top of a timeline or report: what is wrong with this trace, or ""."""
@@ -153,42 +149,3 @@ def load_raw(raw: RawTrace) -> Trace:
     t.damage, t.closed, t.not_attached = list(raw.damage), raw.closed, not_attached
     t.ring = raw.ring
     return t
-
-
-def summarize(trace: Trace) -> dict:
-    """Per-backend counts: splits run, copies/bytes into it, syncs, events, busy time; which
-    allreduce ran; which build made the trace. Backends sharing a name (one per scheduler, say)
-    are counted together, under the first."""
-    calls, splits, copies, sync = trace.calls, trace.splits, trace.copies, trace.sync
-    names = list(dict.fromkeys(backend_labels(trace.backends)))
-
-    def count(series: pd.Series) -> dict:
-        return series.value_counts().to_dict()
-
-    def of(df: pd.DataFrame, kinds: list[str]) -> pd.DataFrame:
-        return df[df["kind"].isin(kinds)]
-
-    n_splits = count(splits["backend"])
-    # A meta backend's compute spans its devices' work, which their own rows count.
-    own = ~splits["call_id"].isin(calls.loc[calls["meta_parent"], "call_id"])
-    busy = splits[own].groupby("backend", observed=True)["duration"].sum().to_dict()
-    copies_in = count(copies["dst_backend"])
-    bytes_in = copies.groupby("dst_backend", observed=True)["bytes"].sum().to_dict()
-    syncs = count(of(sync, ["synchronize", "event_synchronize"])["backend"])
-    records = count(of(sync, ["event_record"])["backend"])
-    waits = count(of(sync, ["event_wait"])["backend"])
-    return {
-        "graphs": int((calls["kind"] == "sched_graph_compute").sum()),
-        "backends": [{
-            "name": n,
-            "splits": int(n_splits.get(n, 0)),
-            "copies_in": int(copies_in.get(n, 0)),
-            "bytes_in": int(bytes_in.get(n, 0)),
-            "syncs": int(syncs.get(n, 0)),
-            "event_records": int(records.get(n, 0)),
-            "event_waits": int(waits.get(n, 0)),
-            "busy_ns": int(busy.get(n, 0)),
-        } for n in names],
-        "allreduce": allreduce_paths(trace),
-        "build": build_info(trace.meta),
-    }

@@ -19,6 +19,7 @@ from .build_info import build_info
 from .intervals import races_as_list
 from .race_report import verdict_words
 from .stalls import stalls, totals, words as stall_words
+from .summary import summarize
 from .timeline import timeline, timeline_html
 
 
@@ -281,7 +282,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
         out.append(f"<p>This report: <code>{_e(report_command)}</code></p>")
 
     # summary
-    s = trace.summary()
+    s = summarize(trace)
     out.append(f"<h2>Summary</h2><p>{_e(s['graphs'])} scheduler graph computes, "
                f"{_e(len(trace.calls))} calls, {_e(len(trace.accesses))} accesses, "
                f"{_e(len(trace.device))} device-side executions.</p>")

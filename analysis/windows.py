@@ -36,6 +36,7 @@ from .arrays import lookup
 from .columns import Columns, word_of_rows
 from .race_report import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame
 from .races import races
+from .summary import summarize
 from .threads import thread_count
 from .raw_trace import TickClock
 from .trace_file import parse_header, display_path, records_before_first_zero, records_to_raw
@@ -416,7 +417,7 @@ def summarize_in_windows(path, records: int = WINDOW_RECORDS, strict: bool = Tru
 
     for w, raw in read_ahead(index, plan, strict, tail_ns=0):
         trace = load_raw(raw)
-        part = trace.summary()
+        part = summarize(trace)
         warnings += trace.warnings
         damage += trace.damage
         total = part if total is None else _add_summaries(total, part)

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from ggml_trace.analysis import load
+from ggml_trace.analysis import load, summarize
 from conftest import ggml_trace
 from ggml_trace.tracer import hooks as hooks_mod
 from ggml_trace.tracer import programs
@@ -49,7 +49,7 @@ def test_a_scenario_runs_red_on_it_and_its_traces_say_which_build(built, env, tm
     res = json.loads(r.stdout)
     assert res["build"] == UNPINNED and res["corrupt_runs"] >= 4, res  # the #23321 race, before its fix
     trace = res["traces"][0]
-    info = load(trace).summary()["build"]
+    info = summarize(load(trace))["build"]
     assert info["llama_build"] == UNPINNED and info["hooks_build"] == UNPINNED
     s = ggml_trace("summary", trace, env=env)
     assert f"build: llama.cpp {UNPINNED}" in s.stdout
@@ -71,7 +71,7 @@ def test_a_pinned_trace_reports_its_build_and_not_this_projects_commit(build, tm
     r = ggml_trace("record", "--build", build, "-o", out, "--", programs.program(build, "llama-simple"),
                    "-m", programs.tiny_model(), "-n", "2", "the", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    info = load(out).summary()["build"]
+    info = summarize(load(out))["build"]
     assert info["llama_build"] == build and info["hooks_build"] == build
     assert info["ggml_version"] and "CPU" in info["backend_features"]
     # the sdist does not carry its commit: unknown, never a commit of the repository it sits in

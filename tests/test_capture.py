@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ggml_trace.analysis import load
+from ggml_trace.analysis import load, summarize
 from conftest import API_VERSION, BUILDS, completion_cmd, ggml_trace, built_program, simple_cmd
 from ggml_trace.tracer import programs
 
@@ -29,7 +29,7 @@ def test_llama_simple_trace_loads(build, model, tmp_path):
     writes = t.accesses[t.accesses["mode"] == "write"]
     assert writes["tensor"].isin(["result_output"]).any()
     # every graph the scheduler computed is there, with its splits numbered from 0
-    assert t.summary()["graphs"] == t.calls["kind"].eq("sched_graph_compute").sum() >= 4
+    assert summarize(t)["graphs"] == t.calls["kind"].eq("sched_graph_compute").sum() >= 4
     assert set(t.splits.groupby("graph")["split"].min()) == {0}
 
 
@@ -97,7 +97,7 @@ def test_rpc_split_lists_match_ggml_sched_debug(build, model, tmp_path):
         r = ggml_trace("record", "-o", client_trace, "--", *cmd, env=env, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     t = load(client_trace)
-    s = t.summary()
+    s = summarize(t)
     busy = [b for b in s["backends"] if b["splits"] > 0 and b["copies_in"] > 0]
     assert len(busy) >= 2, s
     assert {b["name"].split("[")[0] for b in busy} == {"CPU", "RPC0"}
@@ -242,6 +242,6 @@ def test_record_sees_through_wrappers_and_says_what_to_do_with_a_script(model, t
     r = ggml_trace("record", "-o", out, "--", "stdbuf", "-o0", "env", "OMP_NUM_THREADS=1", "timeout", "120",
                    "taskset", "-c", "0", simple, "-m", model, "-n", "2", "the of", timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert load(out).summary()["build"]["hooks_build"] == "b10531"
+    assert summarize(load(out))["build"]["hooks_build"] == "b10531"
     r = ggml_trace("record", "-o", tmp_path / "s.ggmltrace", "--", "sh", "-c", f"{simple} -m {model} -n 2 x")
     assert r.returncode == 2 and "pass --build NAME" in r.stderr and len(r.stderr.strip().splitlines()) == 1

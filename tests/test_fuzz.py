@@ -149,7 +149,7 @@ def test_fuzz_load(tmp_path_factory, case):
         OUTCOMES["rejected (header)"] += 1
         return
     check_dtypes(lenient)
-    lenient.summary()
+    analysis.summarize(lenient)
     analysis.races(lenient)
     if isinstance(strict, TraceFormatError):
         assert lenient.warnings and lenient.damage, (muts, strict)  # the damage is reported

@@ -114,7 +114,7 @@ def test_every_committed_trace_under_numpy25_rules(numpy25_where, path, tmp_path
     from ggml_trace.analysis.timeline import timeline
 
     t = analysis.load(path)
-    t.summary()
+    analysis.summarize(t)
     analysis.races(t)
     perfetto_events(t)
     if path == TIMED:  # the heavy presentations once, on the trace with every record type

@@ -209,7 +209,7 @@ def test_buffers_collapse_and_backend(trace):
 
 def test_summary(trace):
     t, _ = trace
-    s = t.summary()
+    s = summarize(t)
     assert s == summarize(t)
     assert s["graphs"] == 1
     assert s["backends"] == [
@@ -305,7 +305,7 @@ def test_empty_trace_has_typed_frames(tmp_path):
     for frame in EXPECTED_DTYPES:
         assert len(getattr(t, frame)) == 0
     check_dtypes(t)
-    assert t.meta == {} and t.summary() == {
+    assert t.meta == {} and summarize(t) == {
         "graphs": 0, "backends": [], "allreduce": [],
         "build": {"llama_build": None, "llama_commit": None, "ggml_version": None, "ggml_commit": None,
                   "hooks_build": None, "backend_features": {}}}
@@ -506,8 +506,8 @@ def test_orphans_and_unknown_backend(tmp_path):
     b.write(tmp_path / "o.trace")
     t = load(tmp_path / "o.trace")
     assert col(t.calls, "backend") == ["backend#7", "backend#3"]
-    assert [b["name"] for b in t.summary()["backends"]] == ["CPU", "backend#3"]
-    assert t.summary()["backends"][1]["splits"] == 1
+    assert [b["name"] for b in summarize(t)["backends"]] == ["CPU", "backend#3"]
+    assert summarize(t)["backends"][1]["splits"] == 1
     ac = t.accesses
     assert col(ac, "backend") == ["backend#7", None]
     assert col(ac, "t_begin") == [0, None]
@@ -524,7 +524,7 @@ def test_synthetic_trace_loads(tmp_path):
     check_dtypes(t)
     # raw host addresses in the synthetic trace all fall inside its host buffers
     assert (t.accesses["buffer"] != 0).all()
-    assert t.summary()["backends"][0]["name"] == "CUDA0"
+    assert summarize(t)["backends"][0]["name"] == "CUDA0"
 
 
 STRUCTS = {"FileHeader": "FILE_HEADER_DTYPE", "ChunkHeader": "CHUNK_HEADER_DTYPE",

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from ggml_trace.analysis import load
+from ggml_trace.analysis import load, summarize
 from ggml_trace.analysis.allreduce import held_by_delays
 from ggml_trace.analysis.races import races
 from conftest import BUILDS, completion_cmd, ggml_trace
@@ -120,7 +120,7 @@ def test_backend_allreduce_is_recorded_and_ordered(build, model, reference, tmp_
                           env={**os.environ, "GGML_TRACE_VDEV_ALLREDUCE": "1"})
     assert text == reference[build]
     t = load(out)
-    (path,) = t.summary()["allreduce"]
+    (path,) = summarize(t)["allreduce"]
     assert (path["registry"], path["devices"], path["path"]) == ("VDEV", "VDEV0,VDEV1", "vdev")
     assert path["accepted_calls"] > 0 and path["declined_calls"] == 0
     c = t.calls
@@ -158,7 +158,7 @@ def test_a_delayed_backend_allreduce_holds_every_device(model, reference, tmp_pa
 def test_butterfly_path_is_named(model, tmp_path):
     out = tmp_path / "butterfly.ggmltrace"
     run_completion("b10531", model, out, latencies(2, 0), "-ngl", "99", "-sm", "tensor")
-    (path,) = load(out).summary()["allreduce"]
+    (path,) = summarize(load(out))["allreduce"]
     assert path["path"] == "butterfly" and "no registry offered" in path["evidence"]
     r = ggml_trace("summary", out)
     assert "allreduce meta backend: butterfly" in r.stdout
@@ -223,7 +223,7 @@ def test_split_numbers_match_the_scheduler(tp_trace):
 
 def test_summary_counts_each_device_once(tp_trace):
     t, _ = tp_trace
-    rows = {b["name"]: b for b in t.summary()["backends"]}
+    rows = {b["name"]: b for b in summarize(t)["backends"]}
     assert rows["Meta(VDEV0,VDEV1)"]["busy_ns"] == 0  # its time is its devices' work
     c = t.calls
     for dev in ("VDEV0", "VDEV1"):

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from ggml_trace.analysis import load
+from ggml_trace.analysis import load, summarize
 from ggml_trace.analysis.together import load_together, read_together, rpc_links
 from conftest import completion_cmd, ggml_trace
 from ggml_trace.tracer import programs
@@ -56,7 +56,7 @@ def test_each_rpc_backend_is_linked_to_the_server_that_served_it(run):
     by_endpoint = dict(zip(links["endpoint"], links["server"]))
     assert [by_endpoint[e] for e in run["endpoints"]] == labels[1:]
     # what the client sent each server is what that server received
-    s = {b["name"]: b for b in t.summary()["backends"]}
+    s = {b["name"]: b for b in summarize(t)["backends"]}
     for endpoint, server in by_endpoint.items():
         assert s[f"RPC0[{endpoint}]"]["bytes_in"] == s[f"CPU @ {server}"]["bytes_in"] > 0
 

@@ -54,7 +54,7 @@ def test_the_delays_act_on_the_chosen_gpu_stream(run):
 
 def test_the_meta_backend_does_no_work_of_its_own(run):
     _, t = run
-    backends = {b["name"]: b for b in t.summary()["backends"]}
+    backends = {b["name"]: b for b in analysis.summarize(t)["backends"]}
     assert set(backends) >= {"CUDA0", "CUDA1", "Meta(CUDA0,CUDA1)"}
     assert backends["Meta(CUDA0,CUDA1)"]["busy_ns"] == 0
     assert backends["CUDA0"]["busy_ns"] > 0 and backends["CUDA1"]["busy_ns"] > 0

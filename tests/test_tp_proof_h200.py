@@ -62,7 +62,7 @@ def test_the_watcher_alone_proves_neither_verdict():
 @pytest.mark.parametrize("name,path", [("nccl-cupti", "nccl"), ("internal-cupti", "internal")])
 def test_which_allreduce_ran_is_named_from_its_kernels(name, path):
     t = load(name)
-    (a,) = t.summary()["allreduce"]
+    (a,) = analysis.summarize(t)["allreduce"]
     assert (a["registry"], a["devices"], a["path"]) == ("CUDA", "CUDA0,CUDA1", path)
     assert a["evidence"] == "kernels recorded by CUPTI"
     assert a["accepted_calls"] > 0 and a["declined_calls"] == 0
@@ -83,7 +83,7 @@ def test_allreduce_none_is_the_butterfly_declined_call_by_call(name):
     """GGML_CUDA_ALLREDUCE=none: CUDA still makes a communicator, but its allreduce returns false for
     every tensor, so the meta backend's butterfly (copies, then ADDs) does the reduction."""
     t = load(name)
-    (a,) = t.summary()["allreduce"]
+    (a,) = analysis.summarize(t)["allreduce"]
     assert (a["registry"], a["path"], a["accepted_calls"]) == ("CUDA", "butterfly", 0)
     assert a["evidence"] == "the registry declined every call" and a["declined_calls"] == 136
     c = t.calls
@@ -109,5 +109,5 @@ def test_a_damaged_comm_record_is_unknown_not_an_error():
     t = load("nccl-cupti")
     t.meta["comm.init.0"] = "registry=CUDA;context=1;ctx=not-a-pointer;devices=CUDA0,CUDA1"
     t.meta["comm.init.x"] = "\x00junk"
-    (a,) = t.summary()["allreduce"]
+    (a,) = analysis.summarize(t)["allreduce"]
     assert (a["path"], a["accepted_calls"]) == ("unknown", 0)

@@ -612,7 +612,7 @@ def test_report_of_a_real_trace_in_chromium(browser, tmp_path, which, path):
         assert want in text
     argv = [a for a in t.meta["cmdline"].split("\0") if a]
     assert argv[0] in text and argv[-1] in text
-    for be in t.summary()["backends"]:
+    for be in analysis.summarize(t)["backends"]:
         assert be["name"] in text
     s = page.eval(FIGURE_STATE)
     assert s["intervals"] == expected_intervals(t)

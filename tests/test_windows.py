@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import ggml_trace
 
-from ggml_trace.analysis import TraceFormatError, load, races
+from ggml_trace.analysis import TraceFormatError, load, races, summarize
 from ggml_trace.analysis.windows import index_trace, iter_windows, plan_windows, races_in_windows, races_on_dask
 
 DATA = Path(__file__).parent / "data"
@@ -184,7 +184,7 @@ def test_summary_in_windows_adds_up_to_the_whole(name):
     from ggml_trace.analysis.windows import summarize_in_windows
 
     path = DATA / f"{name}.ggmltrace"
-    whole = load(path).summary()
+    whole = summarize(load(path))
     counted, info = summarize_in_windows(path, records=3000)
     assert info["windows"] > 2
     assert counted == whole
@@ -219,7 +219,7 @@ def test_a_trace_too_large_to_load_is_windowed_or_refused_with_advice(tmp_path):
     assert r.returncode == 0 and (tmp_path / "t.html").exists(), r.stderr
     r = ggml_trace("summary", path, "--json", env=env)
     assert "counting it in graph windows" in r.stderr
-    assert json.loads(r.stdout)["backends"] == load(path).summary()["backends"]
+    assert json.loads(r.stdout)["backends"] == summarize(load(path))["backends"]
     r = ggml_trace("races", path, "--json", env=env)
     assert "analysing it in graph windows" in r.stderr and r.returncode == 1
     assert json.loads(r.stdout)["races"] == races(load(path)).to_json()["races"]

@@ -109,12 +109,14 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_summary(args) -> int:
+    from ..analysis.summary import summarize
+
     windowed = _windowed_summary(args)
     if windowed:
         s, warnings, extra = windowed
     else:
         trace = load_trace(args)
-        s, warnings = trace.summary(), trace.warnings
+        s, warnings = summarize(trace), trace.warnings
         extra = dict(damaged=bool(trace.damage), closed=trace.closed, not_attached=trace.not_attached)
         if args.more:
             extra.update(_together_summary(trace))

@@ -55,7 +55,7 @@ def rpc_demo(out_dir: Path) -> int:
         return 1
     for path in (client_trace, server_trace):
         trace = analysis.load(path)
-        s = trace.summary()
+        s = analysis.summarize(trace)
         print(f"\n{path}: {s['graphs']} scheduler graph computes, {len(trace.calls)} calls, "
               f"{len(trace.accesses)} byte ranges")
         print(f"   {'backend':<24} {'splits':>6} {'copies in':>9} {'bytes in':>10} {'syncs':>6}")

@@ -30,7 +30,7 @@ def figures(path: str) -> dict:
     if len(rep.findings):
         fig["race_first"] = {k: str(v) for k, v in rep.findings.iloc[0].to_dict().items()
                              if k in ("class", "verdict", "a", "b", "margin_ns", "buffer", "tensor")}
-    s = tr.summary()
+    s = analysis.summarize(tr)
     fig["graphs"] = s["graphs"]
     fig["backends"] = s["backends"]
     fig["allreduce"] = s.get("allreduce")
