@@ -1,7 +1,9 @@
 """Load a ggml-trace file into a Trace: one pandas DataFrame per kind of thing (see
 docs/dataframes.md for every column), built by analysis/frames.py from the records
-analysis/trace_file.py reads, and the readers of a loaded trace that other modules share
-(best_device_intervals, backend_labels; recorded_env, from meta.py, is importable here too).
+analysis/trace_file.py reads (or, for a trace larger than memory, a range of its graphs that
+window_index.py reads: load_graphs, iter_windows), and the readers of a loaded trace that other
+modules share (best_device_intervals, backend_labels; recorded_env, from meta.py, is importable
+here too).
 What a trace holds in counts is summary.py's summarize(trace), above this module: it judges.
 """
 from __future__ import annotations
@@ -19,8 +21,10 @@ from .meta import recorded_env
 from .raw_trace import RawTrace
 from .trace_file import display_path, read_trace_file
 from .trace_format import FILE_SNAPSHOT
+from .window_index import TAIL_NS, WINDOW_RECORDS, Window, index_trace, plan_windows, read_ahead, read_window
 
-__all__ = ["Trace", "load", "load_raw", "best_device_intervals", "recorded_env", "backend_labels"]
+__all__ = ["Trace", "load", "load_raw", "load_graphs", "iter_windows", "GraphRangeError", "best_device_intervals",
+           "recorded_env", "backend_labels"]
 
 
 # -- the Trace --------------------------------------------------------------------------------
@@ -123,7 +127,7 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
 
 def load_raw(raw: RawTrace) -> Trace:
     """The DataFrames of records already read (read_trace_file, or a window of a larger trace:
-    analysis/windows.py)."""
+    analysis/window_index.py)."""
     ld = Loader(raw)
     threads = ld.threads()
     backends = ld.backends()
@@ -149,3 +153,42 @@ def load_raw(raw: RawTrace) -> Trace:
     t.damage, t.closed, t.not_attached = list(raw.damage), raw.closed, not_attached
     t.ring = raw.ring
     return t
+
+
+# -- a trace larger than memory, loaded a range of graphs at a time (window_index.py reads it) --
+
+class GraphRangeError(ValueError):
+    """A range of graphs the trace does not have."""
+
+
+def load_graphs(path, first: int | None, last: int | None, strict: bool = True):
+    """The trace's scheduler graphs `first` to `last` (graph numbers as in its frames; None: open)
+    as a loaded trace, read in bounded memory: the calls that began from the first one's start to
+    the next one's after `last`, what belongs to them, the GPU activity of that time, and the
+    whole run's threads, backends and buffers."""
+    index = index_trace(path, strict=strict)
+    ids = index.graph_ids
+    lo = first if first is not None else 0
+    hi = last if last is not None else np.iinfo(np.int64).max
+    at = np.flatnonzero((ids >= lo) & (ids <= hi))
+    asked = f"{'' if first is None else first}:{'' if last is None else last}"
+    if len(at) == 0:
+        have = f"graphs {ids.min()} to {ids.max()}" if len(ids) else "no scheduler graphs"
+        raise GraphRangeError(f"no graph in {asked} in this trace (it has {have})")
+    i0, i1 = int(at.min()), int(at.max()) + 1
+    starts = index.graph_start_ns
+    w = Window(0, i0, i1, int(starts[i0]), int(starts[i0]), int(starts[i1]) if i1 < len(ids) else 1 << 62)
+    trace = load_raw(read_window(index, w, strict))
+    trace.warnings.append(f"{display_path(path)}: graphs {asked} only ({i1 - i0} of {len(ids)}), "
+                          "read in bounded memory (--graphs)")
+    return trace
+
+
+def iter_windows(path, records: int = WINDOW_RECORDS, context: int = 0, strict: bool = True):
+    """(Window, Trace) for each window of a trace, for work of your own on a trace larger than
+    memory: a window's frames hold the calls that began in it (and in its `context` graphs before
+    it) and what belongs to them; threads, backends and buffers are the whole run's."""
+    index = index_trace(path, strict=strict)
+    for w, raw in read_ahead(index, plan_windows(index, records, context), strict,
+                             tail_ns=0 if context == 0 else TAIL_NS):
+        yield w, load_raw(raw)
