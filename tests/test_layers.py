@@ -1,12 +1,34 @@
 """The layers of analysis/ (docs/architecture.md): format -> read -> frames -> judge -> show.
-Imports go one way: no module imports, at module level or inside a function, a module that
-imports it back (an import inside a function only hides a circle, it does not break it), and
-the format module imports no other analysis module."""
+Every module is placed in one layer (LAYERS), and imports go down or across, never up: a module
+imports, at module level or inside a function (an import inside a function only hides the
+dependency, it does not remove it), only modules of its own layer or below. A module not in the
+map fails the test, so that a new one gets placed. No import circles either, and the format
+module imports no other analysis module."""
 import ast
 from pathlib import Path
 
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 FORMAT = "trace_format"
+
+# Each module of analysis/ in the layer of what it is for (docs/architecture.md has the same map).
+LAYERS = {
+    # the file format's facts, held to native_hooks/trace_format.h
+    "format": ["trace_format"],
+    # bytes into record arrays: what a read file is, the readers and their checks, and the
+    # numpy helpers below everything (columns of records, threads, vectorised takes and lookups)
+    "read": ["raw_trace", "columns", "threads", "arrays", "checks", "ring", "trace_file", "window_index"],
+    # records into the frames of a Trace, and what the recorded metadata says
+    "frames": ["kinds", "schema", "meta", "build_info", "frames", "load"],
+    # what the frames mean: races, stalls, comparisons, allreduce paths, delays, the summary
+    "judge": ["races", "race_report", "race_match", "stalls", "compare", "allreduce", "delay", "together",
+              "summary", "device_timing", "window_races"],
+    # what a person sees: the interval model and its views, exports, the progress line, and the
+    # modules that name everything (the package, windows.py)
+    "show": ["intervals", "view_text", "timeline", "export", "export_windows", "report", "compare_page",
+             "progress", "windows", "__init__"],
+}
+ORDER = list(LAYERS)
+LAYER_OF = {module: layer for layer, modules in LAYERS.items() for module in modules}
 
 
 def imports_of(path: Path, modules: set[str]) -> set[str]:
@@ -61,6 +83,27 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def upward_imports(graph: dict[str, set[str]], layer_of: dict[str, str]) -> list[str]:
+    """Each import of a module from a higher layer, as 'a (layer) imports b (layer)'."""
+    rank = {module: ORDER.index(layer) for module, layer in layer_of.items()}
+    return [f"{m} ({layer_of[m]}) imports {i} ({layer_of[i]})"
+            for m in sorted(graph) for i in sorted(graph[m]) if rank[i] > rank[m]]
+
+
+def test_every_module_has_a_layer():
+    modules = set(import_graph(ANALYSIS))
+    unplaced = sorted(modules - set(LAYER_OF))
+    assert not unplaced, f"analysis/ modules in no layer (place them in LAYERS, tests/test_layers.py): {unplaced}"
+    gone = sorted(set(LAYER_OF) - modules)
+    assert not gone, f"LAYERS names modules analysis/ no longer has: {gone}"
+    assert len(LAYER_OF) == sum(len(m) for m in LAYERS.values()), "a module placed in two layers"
+
+
+def test_imports_go_down_the_layers():
+    upward = upward_imports(import_graph(ANALYSIS), LAYER_OF)
+    assert not upward, "imports up the layers in analysis/: " + "; ".join(upward)
+
+
 def test_no_import_circles():
     circles = cycles(import_graph(ANALYSIS))
     assert not circles, "import circles in analysis/: " + "; ".join(" -> ".join(c) for c in circles)
@@ -80,3 +123,13 @@ def test_the_check_sees_a_hidden_circle(tmp_path):
     assert cycles(import_graph(tmp_path)) == [["a", "b", "a"]]
     (tmp_path / "b.py").write_text("def f():\n    return 1\n")
     assert cycles(import_graph(tmp_path)) == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """The check itself: an import up the layers hidden inside a function, through `from . import`."""
+    (tmp_path / "low.py").write_text("def f():\n    from . import high\n    return high\n")
+    (tmp_path / "high.py").write_text("from .low import f\n")
+    layer_of = {"low": "read", "high": "judge"}
+    assert upward_imports(import_graph(tmp_path), layer_of) == ["low (read) imports high (judge)"]
+    (tmp_path / "low.py").write_text("def f():\n    return 1\n")
+    assert upward_imports(import_graph(tmp_path), layer_of) == []
