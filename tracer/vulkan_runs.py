@@ -57,7 +57,8 @@ def verdicts(trace: Path) -> list:
 
 def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True, n_predict: int = 16,
         visible_devices: str = "0", extra=(), timeout: float = 300) -> dict:
-    bin_dir, out_dir = Path(bin_dir), Path(out_dir)
+    # absolute: the recorder runs from the checkout, whatever the caller's directory
+    bin_dir, out_dir, model = Path(bin_dir).resolve(), Path(out_dir).resolve(), Path(model).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     ref = reference(bin_dir, model, n_predict)
     (out_dir / "reference.txt").write_bytes(ref)
