@@ -11,10 +11,10 @@
 #include <mutex>
 
 #include "capture.h"
-#include "host_writes.h"
 #include "comm.h"
 #include "cupti_mode.h"
 #include "ggml_api.h"
+#include "host_writes.h"
 #include "meta.h"
 #include "observer_api.h"
 #include "registry.h"
