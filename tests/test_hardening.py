@@ -387,3 +387,15 @@ def test_a_missing_package_is_named_not_blamed_on_the_trace(tmp_path):
     assert r.stderr.strip().splitlines()[-1] == \
         "ggml-trace timeline: needs the Python package 'plotly', which is not installed", r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "t.html").exists()
+
+
+@pytest.mark.parametrize("command", ["races", "stalls", "summary"])
+def test_a_reader_that_goes_away_gets_no_error_line(command):
+    """`ggml-trace races t | head`: when the pipe's reader has gone, the command stops quietly with
+    the status of a tool killed by SIGPIPE, not with an error line on stderr."""
+    exe = Path(sys.executable).parent / "ggml-trace"
+    trace = DATA / "cuda-b10531-layer-2gpu.ggmltrace"
+    # `true` exits at once: the first write after the trace is loaded meets a closed pipe
+    r = subprocess.run(f"'{exe}' {command} '{trace}' | true; echo \"status ${{PIPESTATUS[0]}}\" >&2",
+                       shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert r.stderr.strip() == "status 141", r.stderr

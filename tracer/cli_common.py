@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -150,6 +151,11 @@ def run_guarded(command: str, args, fn) -> int:
         return fn(args)
     except (KeyboardInterrupt, SystemExit):
         raise
+    except BrokenPipeError:
+        # the reader went away (`ggml-trace races t | head`): stop as a tool killed by SIGPIPE
+        # would, without an error line, and keep Python from failing again on the exit flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except BaseException as e:  # noqa: BLE001 - the point: one line, never a traceback
         if os.environ.get("GGML_TRACE_DEBUG"):
             traceback.print_exc()
