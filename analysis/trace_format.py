@@ -28,7 +28,8 @@ CHUNK_RING, CHUNK_KEPT = 0, 1
 REC_NONE, REC_STRING, REC_META, REC_THREAD, REC_BACKEND = 0, 1, 2, 3, 4
 REC_BUFFER, REC_CALL, REC_ACCESS, REC_PLACE, REC_CLOCK = 5, 6, 7, 8, 9
 REC_GPU, REC_SAMPLE, REC_NEST = 10, 11, 12
-MAX_RECORD_TYPE = REC_NEST
+REC_COUNT = 13  # one past the last record type (the header's sentinel)
+MAX_RECORD_TYPE = REC_COUNT - 1
 
 # CallRec flags (trace_format.h CALL_*; bit 1 only for copies and backend allreduces)
 CALL_FAILED, CALL_DECLINED, CALL_SCHED_PARALLEL, CALL_SYNC_COMPUTE = 0x01, 0x02, 0x04, 0x08

@@ -51,7 +51,8 @@ Call::Call(uint8_t kind) {
     r.split = t.split;
     r.backend = r.backend2 = NONE32;
     r.t_begin = now_ticks();
-    // work this call enqueues on a (virtual) device will name it
+    // work this call enqueues on a (virtual) device will name it, until it ends
+    outer_ = current_call();
     current_call() = CallContext{id(), r.graph, r.split};
     if (cupti_active()) {
         cupti_push(id());
@@ -60,6 +61,7 @@ Call::Call(uint8_t kind) {
 }
 
 Call::~Call() {
+    current_call() = outer_;
     if (correlated_) {
         cupti_pop();
     }

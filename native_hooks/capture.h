@@ -65,6 +65,7 @@ struct Call {
 
   private:
     bool correlated_ = false;  // pushed as CUPTI's external correlation id
+    CallContext outer_;        // the call this one was made in, current again when it ends
 };
 
 // Commits a filled CALL record (a call with several records: the allreduce's, one per device).

@@ -72,6 +72,7 @@ enum RecordType : uint8_t {
     REC_GPU     = 10, // a GPU activity reported by CUPTI (kernel, memcpy, memset, correlation)
     REC_SAMPLE  = 11, // one reading of a GPU counter (NVML), appended by the recorder
     REC_NEST    = 12, // a call made by a meta (tensor-parallel) backend's call: parent, device, role
+    REC_COUNT,        // one past the last type: a new type goes before it (the loader is held to it)
 };
 
 enum CallKind : uint8_t {

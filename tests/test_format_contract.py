@@ -44,9 +44,12 @@ def test_the_header_parses():
 
 def test_record_types():
     rec = {k: v for k, v in ENUMS["RecordType"].items()}
+    # the sentinel counts the types: a type added to the header moves it, and the loader must follow
+    assert rec["REC_COUNT"] == max(v for k, v in rec.items() if k != "REC_COUNT") + 1
     for name, value in rec.items():
         assert getattr(tf, name) == value, name
-    assert tf.MAX_RECORD_TYPE == max(rec.values())
+    assert tf.MAX_RECORD_TYPE == tf.REC_COUNT - 1
+    assert set(tf.RECORD_DTYPES) == set(range(1, tf.REC_COUNT))  # every type but NONE has its layout
 
 
 def test_call_kinds_both_ways():
