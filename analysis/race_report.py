@@ -237,6 +237,8 @@ def missing_words(a: dict, b: dict) -> str:
     """Which ordering is missing between the earlier operation a and the later b, in words.
     a and b: dicts with backend, kind, split, thread, graph, mode, tensor and queue (whether the
     operation ran on an async backend's queue)."""
+    if _writes_input_read_in_place({k: [v] for k, v in a.items()}, {k: [v] for k, v in b.items()}, 0):
+        return _input_words(describe_op(a), describe_op(b), a["graph"], a["tensor"], a["backend"])
     return (_head_words(describe_op(a), describe_op(b), a["graph"], b["graph"], a["mode"],
                         b["mode"], a["tensor"], b["tensor"], a.get("memory", "host memory"))
             + "; " + _fix_words(a["queue"], b["queue"], a["backend"], b["backend"],

@@ -114,6 +114,24 @@ def test_the_missing_ordering_is_a_whole_sentence(queue_a, queue_b, thread_b):
     assert words.endswith(" would order them") or words.endswith("(thread joins and locks are not traced)"), words
 
 
+@pytest.mark.parametrize("tensor,llama", [("attn_inp_k_idxs", True), ("inp_tokens", True), ("x", False)])
+def test_the_missing_ordering_of_an_input_read_in_place(tensor, llama):
+    """A device read a graph input in host memory, and the program wrote it for a later graph (an
+    integrated GPU, docs/integrated.md): the sentence names the synchronization, and llama.cpp's
+    place for it only for llama.cpp's input names."""
+    a = dict(backend="VDEV0", kind="graph_compute", split=0, thread=0, graph=1, mode="read", tensor=tensor,
+             queue=True)
+    b = dict(backend=None, kind="host_write_inferred", split=None, thread=0, graph=None, mode="write",
+             tensor=tensor, queue=False)
+    words = missing_words(a, b)
+    assert words.startswith(f"nothing orders VDEV0 split 0 (graph 1, reads {tensor} in place from host memory) "
+                            f"before the program (thread 0, inferred store) writes {tensor} for a later graph")
+    assert ("process_ubatch before res->set_inputs()" in words) == llama, words
+    # the device's own memory, written by the program through ggml: the general sentence
+    words = missing_words(a, dict(b, backend="VDEV0", kind="buf_set_tensor"))
+    assert "in place" not in words and words.endswith("would order them"), words
+
+
 def test_synchronize_orders_it(tmp_path):
     b = builder()
     reuse_graph(b, 0, 0, between=lambda b, t: b.call("synchronize", t, t + 5, backend=A))
