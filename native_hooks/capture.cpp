@@ -192,14 +192,14 @@ bool is_view_op(enum ggml_op op) {
     return op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE;
 }
 
+}  // namespace
+
 const ggml_tensor * view_root(const ggml_tensor * t) {
     while (t->view_src) {
         t = t->view_src;
     }
     return t;
 }
-
-}  // namespace
 
 void emit_split_accesses(uint64_t call_id, ggml_cgraph * graph) {
     int n = g_api.graph_n_nodes(graph);

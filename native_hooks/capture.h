@@ -73,6 +73,8 @@ void commit_call(CallRec & r);
 
 // The buffer holding a tensor's bytes (a view's is its source's).
 ggml_backend_buffer_t buffer_of(const ggml_tensor * t);
+// The tensor whose bytes a view shows (a tensor that is no view: itself).
+const ggml_tensor * view_root(const ggml_tensor * t);
 // The interned name of a tensor; the meta backend's allreduce temporaries get one made up.
 uint64_t tensor_name(const ggml_tensor * t);
 

@@ -21,11 +21,6 @@ Mode g_mode = Mode::INFER;
 
 uint64_t ptr(const void * p) { return (uint64_t) (uintptr_t) p; }
 
-const ggml_tensor * root_of(const ggml_tensor * t) {
-    while (t->view_src) t = t->view_src;
-    return t;
-}
-
 // The graph's inputs in host buffers, each once (graphs have a handful: a linear check suffices).
 void host_inputs(ggml_cgraph * graph, std::vector<const ggml_tensor *> & out) {
     out.clear();
@@ -34,7 +29,7 @@ void host_inputs(ggml_cgraph * graph, std::vector<const ggml_tensor *> & out) {
         const ggml_tensor * node = g_api.graph_node(graph, i);
         for (int j = 0; j < GGML_MAX_SRC; j++) {
             if (!node->src[j]) continue;
-            const ggml_tensor * t = root_of(node->src[j]);
+            const ggml_tensor * t = view_root(node->src[j]);
             if (!(t->flags & GGML_TENSOR_FLAG_INPUT) || !t->buffer || !t->data || !t->buffer->buft ||
                 !g_api.buft_is_host(t->buffer->buft)) {
                 continue;
@@ -63,15 +58,19 @@ struct Noted {
 };
 thread_local Noted t_noted;
 
-// One host_write call: bytes [offset, offset + size) of `buffer`, written in [t_begin, now].
-void emit_write(ggml_backend_buffer_t buffer, uint64_t offset, uint64_t size, uint64_t name, const void * tensor,
-                uint64_t t_begin, bool inferred) {
-    Call c(inferred ? K_HOST_WRITE_INFERRED : K_HOST_WRITE);
+thread_local std::vector<const ggml_tensor *> t_inputs;  // host_inputs' answer, its storage reused
+
+// One host_write call of `kind` on `size` bytes of `tensor` in `buffer`, written in [t_begin, now]
+// (t_begin 0: now); `access(call_id)` emits its one write access.
+template <typename Access>
+void write_call(uint8_t kind, const void * tensor, ggml_backend_buffer_t buffer, uint64_t size, uint64_t t_begin,
+                Access access) {
+    Call c(kind);
     if (t_begin) c.r.t_begin = t_begin;
     c.r.obj = ptr(tensor);
     c.r.arg = size;
     c.r.backend = backend_of_buffer(buffer);
-    emit_range(REC_ACCESS, ACC_WRITE, c.id(), buffer, offset, size, name, name, GGML_OP_NONE, NONE32);
+    access(c.id());
     c.commit();
 }
 
@@ -101,7 +100,10 @@ void compare_kept() {
         while (k.data[lo] == k.bytes[lo]) lo++;
         while (k.data[hi - 1] == k.bytes[hi - 1]) hi--;
         if (!t_noted.has(k.tensor)) {
-            emit_write(k.buffer, k.offset + lo, hi - lo, k.name, k.tensor, g_kept_at, false);
+            write_call(K_HOST_WRITE, k.tensor, k.buffer, hi - lo, g_kept_at, [&](uint64_t id) {
+                emit_range(REC_ACCESS, ACC_WRITE, id, k.buffer, k.offset + lo, hi - lo, k.name, k.name, GGML_OP_NONE,
+                           NONE32);
+            });
         }
         memcpy(k.bytes.data(), k.data, n);
     }
@@ -125,17 +127,17 @@ void host_writes_init() {
 }
 
 void host_writes_noted(const ggml_tensor * t) {
-    if (g_mode != Mode::OFF) t_noted.add(root_of(t));
+    if (g_mode != Mode::OFF) t_noted.add(view_root(t));
 }
 
 void host_writes_before_compute(ggml_cgraph * graph) {
     if (g_mode == Mode::INFER) {
-        static thread_local std::vector<const ggml_tensor *> inputs;
-        host_inputs(graph, inputs);
-        for (const ggml_tensor * t : inputs) {
+        host_inputs(graph, t_inputs);
+        for (const ggml_tensor * t : t_inputs) {
             if (t_noted.has(t)) continue;
-            emit_write(t->buffer, (uint64_t) ((const char *) t->data - (const char *) g_api.buffer_get_base(t->buffer)),
-                       g_api.nbytes(t), tensor_name(t), t, 0, true);
+            write_call(K_HOST_WRITE_INFERRED, t, t->buffer, g_api.nbytes(t), 0, [&](uint64_t id) {
+                emit_tensor(REC_ACCESS, ACC_WRITE, id, t, 0, NONE32);  // registers a buffer not seen yet
+            });
         }
     } else if (g_mode == Mode::OBSERVE) {
         // compared now, and let go until this compute returns: inside it the scheduler may
@@ -149,13 +151,12 @@ void host_writes_before_compute(ggml_cgraph * graph) {
 
 void host_writes_after_compute(ggml_cgraph * graph) {
     if (g_mode != Mode::OBSERVE) return;
-    static thread_local std::vector<const ggml_tensor *> inputs;
-    host_inputs(graph, inputs);
+    host_inputs(graph, t_inputs);
     std::lock_guard<std::mutex> lock(g_kept_mutex);
-    if (g_kept.size() < inputs.size()) g_kept.resize(inputs.size());
-    g_n_kept = inputs.size();
-    for (size_t i = 0; i < inputs.size(); i++) {
-        const ggml_tensor * t = inputs[i];
+    if (g_kept.size() < t_inputs.size()) g_kept.resize(t_inputs.size());
+    g_n_kept = t_inputs.size();
+    for (size_t i = 0; i < t_inputs.size(); i++) {
+        const ggml_tensor * t = t_inputs[i];
         Kept & k = g_kept[i];
         k.tensor = t;
         k.buffer = t->buffer;

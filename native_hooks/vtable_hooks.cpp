@@ -160,7 +160,6 @@ struct Hook<Field, Kind, Describe, Options> {
         if constexpr (std::is_void_v<R>) {
             orig(obj, a...);
             finish(c, s, timed, q, owner, obj, a...);
-            if constexpr ((Options & DRAINS) != 0) host_writes_after_wait();
         } else {
             R result = orig(obj, a...);
             c.ok = succeeded(result);
@@ -208,6 +207,7 @@ struct Hook<Field, Kind, Describe, Options> {
         }
         Describe(c, obj, a...);
         c.commit();
+        if constexpr ((Options & DRAINS) != 0) host_writes_after_wait();  // later stores come after the wait
     }
 };
 

@@ -3,8 +3,14 @@ and the program's own stores into them (llama.cpp #28056). On an integrated virt
 llama-completion of b11434 writes the next ubatch's inputs while the device still reads the previous
 ubatch's: corrupt output, MANIFESTED races on the inputs; with our fix (b11434-ubatchsync, its own
 libllama and llama-completion) clean and race-free; on a discrete virtual device race-free."""
+import contextlib
+import json
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -140,7 +146,6 @@ REQUESTS_A = ["My bank password is hunter2 and my account number is 12345678, ke
 
 def serve(build, out, tmp_path, integrated=True):
     """llama-server of `build` with one slot, on one virtual device, traced; yields ask(prompt)."""
-    import contextlib, json, signal, socket, time, urllib.request
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
