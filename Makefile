@@ -13,7 +13,8 @@ export CCACHE_NOHASHDIR := 1
 LLAMA_STAMPS := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/.built)
 HOOKS        := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/bin/libggml-trace-hooks.so)
 MODEL        := $(BUILD_DIR)/models/tiny-llama.gguf
-HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h) CMakeLists.txt
+# what build_hooks.sh compiles: the hooks, and the scenario and test programs built beside them
+HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h scenarios/*.cpp tests/programs/*.cpp) CMakeLists.txt
 # b10531's ggml with the meta backend's allreduce fix (docs/tensor-parallel.md): ggml only, ~1.5 min
 # of CPU cold, ~15 s with ccache warm
 PATCHED      := $(BUILD_DIR)/llama-b10531-tpfix/bin/libggml-trace-hooks.so
@@ -109,6 +110,7 @@ $(BUILD_DIR)/llama-b11434-ubatchsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/ll
 # llama-server of b11434, one slot on an integrated virtual device: the cross-request leak (docs/integrated.md)
 $(BUILD_DIR)/llama-b11434/bin/llama-server: $(BUILD_DIR)/llama-b11434/.built
 	TARGETS=llama-server scripts/build_llama.sh $(BUILD_DIR)/src/llama-b11434/llama.cpp $(BUILD_DIR)/llama-b11434
+	touch $@  # an unchanged program keeps its time; without this the rule runs every time
 
 # Headless Chromium for the browser tests of the timeline and report pages (Debian's package).
 $(BUILD_DIR)/.chromium:

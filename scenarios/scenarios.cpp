@@ -3,13 +3,17 @@
 // same graph computed on the CPU alone. The async devices are ggml-trace's virtual devices (VDEVn),
 // so the program runs under the hooks with GGML_TRACE_VIRTUAL_DEVICES set.
 //   ggml-trace-scenarios NAME [--cpu-only] [--seed S] [--backend vdev|vulkan]
-// Graph pictures and what each scenario checks: docs/scenarios.md.
+//   ggml-trace-scenarios spec --spec FILE [...]   (a reproduction written by `ggml-trace reduce`)
+// Graph pictures and what each scenario checks: docs/scenarios.md; the spec language: docs/reduce.md.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <fstream>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <algorithm>
 #include <vector>
@@ -30,6 +34,8 @@ struct Scenario {
     ggml_backend_t cpu;
     bool cpu_only;
     int n_devices;  // the devices the scenario spreads over (--devices; VDEV0.. when not folded)
+    int n_elements = N;
+    std::vector<ggml_tensor *> roots;  // a spec's ops (`out` among them), added to the graph in this order
     std::vector<std::pair<ggml_tensor *, std::vector<float>>> inputs;
     std::vector<std::pair<ggml_tensor *, ggml_backend_t>> placement;  // re-applied after each reset
 
@@ -37,10 +43,10 @@ struct Scenario {
     ggml_backend_t dev(int i) { return cpu_only ? cpu : backends[std::min<size_t>(i, backends.size() - 2)]; }
 
     ggml_tensor * input(const char * name, std::mt19937 & rng) {
-        ggml_tensor * t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, N);
+        ggml_tensor * t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n_elements);
         ggml_set_name(t, name);
         ggml_set_input(t);
-        std::vector<float> v(N);
+        std::vector<float> v(n_elements);
         std::uniform_real_distribution<float> d(-1, 1);
         for (float & x : v) x = d(rng);
         inputs.push_back({t, v});
@@ -193,6 +199,113 @@ ggml_tensor * user_input_stall(Scenario & s, std::mt19937 & rng) {
     return s.on(s.cpu, ggml_scale(s.ctx, a, 0.5f), "out");
 }
 
+
+// A reproduction read from a file (`ggml-trace reduce` writes it; docs/reduce.md). One statement a
+// line, `#` starts a comment:
+//   devices N | elements N | iterations N | pipelined 0|1
+//   input NAME [BACKEND]                 a vector of `elements` random values, new each iteration
+//   op NAME BACKEND OP ARG [ARG]         OP: scale (x2), add, mul, cont, sqr; BACKEND: cpu, dev0, dev1..
+//   output NAME                          the tensor whose bytes are compared (an op)
+//   meta LAYERS                          instead of ops: meta-allreduce's tensor-parallel MLP with LAYERS
+//                                        layers over `devices` devices (docs/scenarios.md)
+// Ops that nothing consumes are computed too; every op is added to the graph in the order listed, so
+// the node order -- which decides the allocator's reuse and the order of a split's input copies -- is
+// the listing's.
+struct Spec {
+    int devices = 1, elements = N, iterations = 1, meta_layers = 0;
+    bool pipelined = false;
+    std::vector<std::vector<std::string>> statements;  // input and op lines, in order
+    std::string output;
+};
+
+Spec g_spec;
+
+bool read_spec(const char * path, Spec & spec) {
+    std::ifstream in(path);
+    if (!in) {
+        fprintf(stderr, "cannot read spec %s\n", path);
+        return false;
+    }
+    std::string line;
+    for (int no = 1; std::getline(in, line); no++) {
+        line = line.substr(0, line.find('#'));
+        std::istringstream words(line);
+        std::vector<std::string> w;
+        for (std::string x; words >> x;) w.push_back(x);
+        if (w.empty()) continue;
+        const std::string & k = w[0];
+        bool ok = true;
+        if (k == "devices" && w.size() == 2) spec.devices = atoi(w[1].c_str());
+        else if (k == "elements" && w.size() == 2) spec.elements = atoi(w[1].c_str());
+        else if (k == "iterations" && w.size() == 2) spec.iterations = atoi(w[1].c_str());
+        else if (k == "pipelined" && w.size() == 2) spec.pipelined = w[1] == "1";
+        else if (k == "output" && w.size() == 2) spec.output = w[1];
+        else if (k == "meta" && w.size() == 2 && atoi(w[1].c_str()) > 0) spec.meta_layers = atoi(w[1].c_str());
+        else if ((k == "input" && (w.size() == 2 || w.size() == 3)) || (k == "op" && (w.size() == 5 || w.size() == 6))) {
+            spec.statements.push_back(w);
+        }
+        else ok = false;
+        if (!ok || spec.devices < 1 || spec.devices > 8 || spec.elements < 1 || spec.iterations < 1) {
+            fprintf(stderr, "%s:%d: cannot read this line: %s\n", path, no, line.c_str());
+            return false;
+        }
+    }
+    if (spec.output.empty() && !spec.meta_layers) {
+        fprintf(stderr, "%s: no output line\n", path);
+        return false;
+    }
+    return true;
+}
+
+ggml_tensor * from_spec(Scenario & s, std::mt19937 & rng) {
+    s.n_elements = g_spec.elements;
+    std::map<std::string, ggml_tensor *> named;
+    std::vector<ggml_tensor *> listed;  // the ops, as listed
+    auto backend = [&](const std::string & b) -> ggml_backend_t {
+        if (b == "cpu") return s.cpu;
+        if (b.rfind("dev", 0) == 0) return s.dev(atoi(b.c_str() + 3));
+        fprintf(stderr, "unknown backend %s in the spec\n", b.c_str());
+        exit(2);
+    };
+    auto arg = [&](const std::string & n) -> ggml_tensor * {
+        auto it = named.find(n);
+        if (it == named.end()) {
+            fprintf(stderr, "the spec uses %s before defining it\n", n.c_str());
+            exit(2);
+        }
+        return it->second;
+    };
+    for (auto & w : g_spec.statements) {
+        if (w[0] == "input") {
+            ggml_tensor * t = s.input(w[1].c_str(), rng);
+            if (w.size() == 3) s.placement.push_back({t, backend(w[2])});
+            named[w[1]] = t;
+        } else {
+            const std::string & op = w[3];
+            ggml_tensor * a = arg(w[4]);
+            ggml_tensor * t = nullptr;
+            if (op == "scale") t = ggml_scale(s.ctx, a, 2.0f);
+            else if (op == "cont") t = ggml_cont(s.ctx, a);
+            else if (op == "sqr") t = ggml_sqr(s.ctx, a);
+            else if ((op == "add" || op == "mul") && w.size() == 6) {
+                ggml_tensor * b = arg(w[5]);
+                t = op == "add" ? ggml_add(s.ctx, a, b) : ggml_mul(s.ctx, a, b);
+            } else {
+                fprintf(stderr, "unknown op or wrong arguments in the spec: op %s\n", op.c_str());
+                exit(2);
+            }
+            named[w[1]] = s.on(backend(w[2]), t, w[1].c_str());
+            listed.push_back(named[w[1]]);
+        }
+    }
+    if (!named.count(g_spec.output)) {
+        fprintf(stderr, "the spec's output %s is not defined\n", g_spec.output.c_str());
+        exit(2);
+    }
+    s.roots = listed;  // every op, in the order listed
+    return named[g_spec.output];
+}
+
 typedef ggml_tensor * (*Builder)(Scenario &, std::mt19937 &);
 
 struct Entry {
@@ -227,7 +340,7 @@ uint64_t fnv(const void * p, size_t n) {
 // fallback on virtual devices). Weights and inputs are small integers and the residual is clamped:
 // every sum is exact in any order, so the result must equal the CPU's bit for bit.
 //   x -> [up.l: F rows split] -> [down.l: F columns split] -> partial y -> allreduce -> x = clamp(x + y)
-const int MLP_H = 256, MLP_F = 512, MLP_L = 8, MLP_T = 4;
+const int MLP_H = 256, MLP_F = 512, MLP_L = 8, MLP_T = 4;  // MLP_L: layers unless a spec says
 
 ggml_backend_meta_split_state mlp_split(const ggml_tensor * t, void * ud) {
     const int n = *(const int *) ud;
@@ -245,7 +358,7 @@ ggml_backend_meta_split_state mlp_split(const ggml_tensor * t, void * ud) {
     return st;
 }
 
-int meta_allreduce(int n_dev, bool cpu_only, unsigned seed) {
+int meta_allreduce(int n_dev, bool cpu_only, unsigned seed, int layers = MLP_L) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> wd(-1, 1), xd(-4, 4);
     ggml_backend_t cpu = ggml_backend_cpu_init();
@@ -267,11 +380,11 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed) {
         main_backend = ggml_backend_dev_init(meta, nullptr);
         wbuft = ggml_backend_dev_buffer_type(meta);
     }
-    ggml_init_params wp = {ggml_tensor_overhead() * (2 * MLP_L + 1), nullptr, true};
+    ggml_init_params wp = {ggml_tensor_overhead() * (2 * layers + 1), nullptr, true};
     ggml_context * wctx = ggml_init(wp);
     std::vector<ggml_tensor *> up, down;
     char name[32];
-    for (int l = 0; l < MLP_L; l++) {
+    for (int l = 0; l < layers; l++) {
         up.push_back(ggml_new_tensor_2d(wctx, GGML_TYPE_F32, MLP_H, MLP_F));
         snprintf(name, sizeof(name), "up.%d", l);
         ggml_set_name(up.back(), name);
@@ -288,13 +401,13 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed) {
     }
     ggml_backend_t backends[2] = {main_backend, cpu};
     ggml_backend_sched_t sched = ggml_backend_sched_new(backends, nullptr, cpu_only ? 1 : 2, 4096, false, false);
-    ggml_init_params cp = {ggml_tensor_overhead() * 64 * MLP_L + ggml_graph_overhead(), nullptr, true};
+    ggml_init_params cp = {ggml_tensor_overhead() * 64 * layers + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(cp);
     ggml_tensor * x0 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, MLP_H, MLP_T);
     ggml_set_name(x0, "x");
     ggml_set_input(x0);
     ggml_tensor * x = x0;
-    for (int l = 0; l < MLP_L; l++) {
+    for (int l = 0; l < layers; l++) {
         ggml_tensor * h = ggml_mul_mat(ctx, up[l], x);
         ggml_tensor * y = ggml_mul_mat(ctx, down[l], h);
         snprintf(name, sizeof(name), "y.%d", l);
@@ -310,6 +423,7 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed) {
         fprintf(stderr, "allocation failed\n");
         return 1;
     }
+    printf("graph splits %d nodes %d\n", ggml_backend_sched_get_n_splits(sched), ggml_graph_n_nodes(graph));
     std::vector<float> in(MLP_H * MLP_T), result(MLP_H * MLP_T);
     for (float & v : in) v = (float) xd(rng);
     ggml_backend_tensor_set(x0, in.data(), 0, ggml_nbytes(x0));
@@ -353,6 +467,29 @@ int main(int argc, char ** argv) {
     for (const Entry & e : SCENARIOS) {
         if (strcmp(e.name, argv[1]) == 0) entry = &e;
     }
+    static Entry spec_entry = {"spec", from_spec, 1, false};
+    if (strcmp(argv[1], "spec") == 0) {
+        const char * path = nullptr;
+        for (int i = 2; i + 1 < argc; i++) {
+            if (strcmp(argv[i], "--spec") == 0) path = argv[i + 1];
+        }
+        if (!path || !read_spec(path, g_spec)) {
+            if (!path) fprintf(stderr, "spec: give --spec FILE\n");
+            return 2;
+        }
+        if (g_spec.meta_layers) {  // its own set-up, as meta-allreduce's
+            bool cpu_only = false;
+            unsigned seed = 1;
+            for (int i = 2; i < argc; i++) {
+                if (strcmp(argv[i], "--cpu-only") == 0) cpu_only = true;
+                if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = (unsigned) atoi(argv[++i]);
+            }
+            return meta_allreduce(g_spec.devices, cpu_only, seed, g_spec.meta_layers);
+        }
+        spec_entry.devices = g_spec.devices;
+        spec_entry.pipelined = g_spec.pipelined;
+        entry = &spec_entry;
+    }
     if (!entry) {
         fprintf(stderr, "unknown scenario %s\n", argv[1]);
         return 2;
@@ -386,7 +523,7 @@ int main(int argc, char ** argv) {
     s.backends.push_back(s.cpu);
     const bool parallel = strcmp(entry->name, "pipeline") == 0 || entry->pipelined;
     const bool repeated = strcmp(entry->name, "user-input-stall") == 0;  // decode steps, as llama.cpp's
-    const int iterations = parallel || repeated ? 8 : 1;
+    const int iterations = entry == &spec_entry ? g_spec.iterations : parallel || repeated ? 8 : 1;
     // On a real device the CPU's buffers are the device's pinned host memory, as llama.cpp makes
     // them when it offloads: then copies into the device read them asynchronously (the #23321 path).
     std::vector<ggml_backend_buffer_type_t> bufts;
@@ -405,11 +542,13 @@ int main(int argc, char ** argv) {
         contexts.push_back(s.ctx);
         s.inputs.clear();
         s.placement.clear();
+        s.roots.clear();
         std::mt19937 rng(seed);
         out = entry->build(s, rng);
         ggml_set_output(out);
         ggml_cgraph * g = ggml_new_graph(s.ctx);
-        ggml_build_forward_expand(g, out);
+        if (s.roots.empty()) s.roots.push_back(out);
+        for (ggml_tensor * r : s.roots) ggml_build_forward_expand(g, r);
         return g;
     };
     ggml_cgraph * graph = build_graph();
@@ -431,6 +570,9 @@ int main(int argc, char ** argv) {
             if (!ggml_backend_sched_alloc_graph(s.sched, graph)) {
                 fprintf(stderr, "allocation failed\n");
                 return 1;
+            }
+            if (it == 0) {  // the size of what ran (reduce reports it)
+                printf("graph splits %d nodes %d\n", ggml_backend_sched_get_n_splits(s.sched), ggml_graph_n_nodes(graph));
             }
         }
         for (auto & in : s.inputs) {

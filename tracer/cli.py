@@ -360,6 +360,33 @@ def cmd_force(args) -> int:
     return 1 if r.manifested_runs or (r.verdict == "undetermined" and r.diverged_runs) else 0
 
 
+def cmd_reduce(args) -> int:
+    from ..analysis import TraceFormatError
+
+    from .reduce import ReduceError, format_reduction, reduce
+
+    log = (lambda line: None) if args.json else (lambda line: print(f"ggml-trace reduce: {line}", file=sys.stderr))
+    try:
+        r = reduce(args.file, args.output, race=args.race, build=args.build, backend=args.backend, log=log)
+    except (ReduceError, TraceFormatError, ValueError, RuntimeError, OSError) as e:
+        print(f"ggml-trace reduce: {printable(str(e))}", file=sys.stderr)
+        return 2
+    print(json.dumps(r.to_json(), indent=2) if args.json else format_reduction(r))
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from .reduce import ReduceError, format_replay, replay
+
+    try:
+        r = replay(args.directory, args.build, runs=args.runs, backend=args.backend, seed=args.seed)
+    except (ReduceError, ValueError, RuntimeError, OSError) as e:
+        print(f"ggml-trace replay: {printable(str(e))}", file=sys.stderr)
+        return 2
+    print(json.dumps(r.to_json(), indent=2) if args.json else format_replay(r))
+    return 1 if r.verdict == "RED" else 0
+
+
 def cmd_builds(args) -> int:
     for name, d in hooks_mod.pinned_builds().items():
         print(f"{name}\t{d / hooks_mod.HOOKS_NAME}")
@@ -522,6 +549,27 @@ def main(argv=None) -> int:
                    help="delay the earlier operation in every graph, not only in the first occurrence's")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_force)
+
+    p = sub.add_parser("reduce", help="a race of a trace as a small reproduction that runs without the model or "
+                       "the GPUs (docs/reduce.md; exit 2 when it cannot keep the race)")
+    p.add_argument("file")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="where the reproduction goes")
+    p.add_argument("--race", type=int, metavar="N", help="the race numbered N by `ggml-trace races` (default: 1)")
+    p.add_argument("--build", help="the build to confirm it on (default: the trace's, without -vulkan)")
+    p.add_argument("--backend", choices=["vdev", "vulkan"], default="vdev",
+                   help="confirm on virtual devices (default) or on the build's real Vulkan device")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_reduce)
+
+    p = sub.add_parser("replay", help="run a reproduction written by `reduce` on a build: RED (exit 1) or GREEN (0)")
+    p.add_argument("directory")
+    p.add_argument("--build", required=True, help="a pinned or registered build (`ggml-trace builds`)")
+    p.add_argument("--runs", type=int, default=20, help="default: %(default)s")
+    p.add_argument("--backend", choices=["vdev", "vulkan"], default="vdev",
+                   help="virtual devices (default) or the build's real Vulkan device (build/llama-BUILD-vulkan)")
+    p.add_argument("--seed", type=int, default=0, help="jitter seed of the first run")
+    p.add_argument("--json", action="store_true", help="runs, red_runs, manifested_runs, race_runs, verdict, ...")
+    p.set_defaults(fn=cmd_replay)
 
     from .cli_views import add_view_commands
 

@@ -30,6 +30,7 @@ class ScenarioResult:
     corrupt: list = field(default_factory=list)  # indices of the corrupt runs
     traces: list = field(default_factory=list)
     backend: str = "vdev"  # or "vulkan": the real device (BACKENDS)
+    graph: dict = field(default_factory=dict)  # splits and nodes of the first run's graph, as the program said
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -40,6 +41,14 @@ def _result_of(stdout: str) -> str:
         if line.startswith("result "):
             return line.split()[1]
     raise RuntimeError(f"the scenario printed no result: {stdout[-500:]!r}")
+
+
+def _graph_of(stdout: str) -> dict:
+    for line in stdout.splitlines():
+        w = line.split()
+        if w[:2] == ["graph", "splits"] and len(w) == 5:
+            return {"splits": int(w[2]), "nodes": int(w[4])}
+    return {}
 
 
 def parse_latencies(text) -> list[float]:
@@ -55,13 +64,17 @@ def parse_latencies(text) -> list[float]:
 
 def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LATENCY_US,
         jitter_us: float = 0.0, seed: int = 0, out_dir: Path = None, devices: int = 3,
-        backend: str = "vdev", device_timing: bool = True, vdevs_beside: int = 0) -> ScenarioResult:
+        backend: str = "vdev", device_timing: bool = True, vdevs_beside: int = 0,
+        spec: Path | None = None) -> ScenarioResult:
     """backend "vdev": virtual devices; "vulkan": the real Vulkan device 0 of the build's Vulkan tree
     (build/llama-BUILD-vulkan; lavapipe here), onto which every device of the scenario folds;
     latency and jitter do not apply, and `device_timing` turns on its markers (docs/vulkan.md);
     `vdevs_beside`: that many virtual devices beside it take the scenario's other devices (their
-    latency and jitter apply)."""
-    if name not in SCENARIOS:
+    latency and jitter apply). name "spec": the graph of the spec file `spec` (docs/reduce.md), over
+    `devices` virtual devices."""
+    if name == "spec" and not spec:
+        raise ValueError("the spec scenario needs a spec file")
+    if name not in SCENARIOS and name != "spec":
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
@@ -74,6 +87,7 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
     # a sized scenario spreads over --devices devices; the others carry their own count
     extra = ["--devices", str(devices)] if name in SIZED_SCENARIOS else []
     extra += ["--backend", "vulkan"] if backend == "vulkan" else []
+    extra += ["--spec", str(Path(spec).resolve())] if name == "spec" else []
     extra += ["--devices", str(1 + vdevs_beside)] if vdevs_beside and name not in SIZED_SCENARIOS else []
     exe = str(program(tree, "ggml-trace-scenarios"))
     # the tree's own libraries first: a patched libggml-base beside a copied program (build_patched_base.sh)
@@ -111,6 +125,8 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
                            env=env)
         if r.returncode != 0:
             raise RuntimeError(f"run {i} of {name} failed ({r.returncode}): {r.stderr[-2000:]}")
+        if i == 0:
+            result.graph = _graph_of(r.stdout)
         if _result_of(r.stdout) != expected:
             result.corrupt_runs += 1
             result.corrupt.append(i)

@@ -1,12 +1,14 @@
 // A small program on ggml's public scheduler API, for the capture tests: it computes one graph
 // N times, prints "computed K" after each compute, then ends as asked (normally, abort(), SIGSEGV,
-// or by computing on until it is killed from outside).
-//   sched-loop N [exit|abort|segv|forever]
+// or by computing on until it is killed from outside); with `seconds` it computes for N seconds
+// and ends normally, so a test's run lasts as long on a fast machine as on a slow one.
+//   sched-loop N [exit|abort|segv|forever|seconds]
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -31,8 +33,17 @@ int main(int argc, char ** argv) {
     ggml_cgraph * graph = ggml_new_graph(ctx);
     ggml_build_forward_expand(graph, y);
 
+    const bool forever = strcmp(end, "forever") == 0;
+    const bool timed = strcmp(end, "seconds") == 0;
+    const auto stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(n);
+    auto go_on = [&](int k) {
+        if (forever) return true;
+        if (timed) return std::chrono::steady_clock::now() < stop_at;
+        return k <= n;
+    };
+
     std::vector<float> in(4096), out(4096);
-    for (int k = 1; strcmp(end, "forever") == 0 || k <= n; k++) {
+    for (int k = 1; go_on(k); k++) {
         ggml_backend_sched_reset(sched);
         ggml_backend_sched_alloc_graph(sched, graph);
         for (size_t i = 0; i < in.size(); i++) in[i] = (float) (i % 97) * 0.01f * k;

@@ -1,0 +1,170 @@
+"""A race's shape, and the smallest scheduler graph of that shape (`ggml-trace reduce`, docs/reduce.md).
+
+A shape is what makes a race the same race in another program: its class, the roles of its two
+operations (which call, on which kind of backend, reading or writing which kind of memory), and
+the kind of ordering that is missing between them. `shape_of` reads it off a finding; `spec_text`
+writes the smallest graph of a shape in the scenario program's spec language (scenarios/); a
+reduced run's trace shows the same race when one of its findings has the same shape.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+# The shapes reduce knows, with the graph each becomes. `dev0` is the traced async device, `cpu`
+# the synchronous backend whose split wrote the bytes.
+SHAPES = {
+    # llama.cpp #23321: an async copy from host memory into a device, then a later split of the same
+    # graph on the CPU, with no inputs (so the scheduler synchronizes nothing), writes over the bytes
+    "inputless-reuse": "an async copy from host memory into a device, then a CPU split of the same "
+                       "graph with no inputs writing over those bytes",
+    # pipeline parallelism (docs/pipeline-parallel.md): a later graph's CPU split writes the bytes
+    # that the previous graph's async copy has not read yet
+    "next-graph-write": "an async copy from host memory into a device, then a CPU split of a later "
+                        "graph writing over those bytes, with no synchronization between the graphs",
+    # tensor parallelism (docs/tensor-parallel.md): a meta backend's allreduce, where a device's reduce
+    # reads its scratch buffer and a peer's copy for the next allreduce writes it, with no event between
+    "allreduce-scratch": "a meta backend's allreduce: a device's reduce reads its scratch buffer, then a "
+                         "peer's copy into that buffer writes it, with no event between the two queues",
+}
+# The smallest vectors the reduction keeps: 4 MiB. On virtual devices the latency knob makes the
+# device late at any size, but a real one only while its copy lasts. On lavapipe the inputless-reuse
+# graph, traced, gave wrong results in 3 of 10 runs at 4 Ki floats, 16 of 20 at 64 Ki, 18 of 20 at
+# 256 Ki, 19 and 20 of 20 at 1 Mi (docs/reduce.md): at this floor a reproduction replays on both.
+MIN_ELEMENTS = 1 << 20
+
+
+class NotReducible(ValueError):
+    """This finding cannot be reduced; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str  # a key of SHAPES
+    race_class: str
+    device: str  # the traced async backend that read late (VDEV0 / dev0 in the reduction)
+    writer: str  # the backend (or queue) that wrote the bytes
+    missing: str  # "drain": a synchronize of the device would order them; "event": an event between queues
+    bytes: int  # how many bytes the two operations shared in the trace
+    devices: int = 1  # the virtual devices its graph needs
+    reader_index: int = 0  # which of them reads late (it gets the latency)
+
+    def same_race(self, other: "Shape") -> bool:
+        """The same class, roles and kind of missing ordering (names and sizes may differ)."""
+        return (self.name, self.race_class, self.missing) == (other.name, other.race_class, other.missing)
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"what": SHAPES[self.name]}
+
+
+def _meta_devices(trace) -> list[str]:
+    """The async devices under a meta backend, in the order VDEV0.. stand for them."""
+    b = trace.backends
+    names = [n for n in b["name"].drop_duplicates() if not str(n).startswith("Meta(")]
+    return [n for n in names if _backend_is_async(trace, n)]
+
+
+def start_size(shape: Shape, trace, finding: dict) -> int:
+    """What the reduction halves, at its start: the vectors' elements (the bytes the race shared),
+    or for an allreduce the layers (the allreduces a device ran in the race's graph)."""
+    if shape.name == "allreduce-scratch":
+        c = trace.calls
+        reduces = c[(c["graph"] == finding["a_graph"]) & (c["role"] == "reduce") & (c["backend"] == shape.device)]
+        return max(1, len(reduces))
+    return max(MIN_ELEMENTS, shape.bytes // 4)
+
+
+def smallest_size(shape: Shape) -> int:
+    return 1 if shape.name == "allreduce-scratch" else MIN_ELEMENTS
+
+
+def _backend_is_async(trace, name) -> bool:
+    b = trace.backends[trace.backends["name"] == name]
+    return bool(len(b)) and bool((b["has_async"] | b["has_events"]).any())
+
+
+def _buffer_is_host(trace, buffer: str, generation) -> bool:
+    b = trace.buffers
+    rows = b[(b["buffer"] == int(str(buffer), 16)) & (b["generation"] == generation)]
+    return bool(len(rows)) and bool(rows["is_host"].iloc[0])
+
+
+def _split_inputs(trace, graph, split, backend) -> int | None:
+    s = trace.splits
+    rows = s[(s["graph"] == graph) & (s["split"] == split) & (s["backend"] == backend)]
+    return int(rows["n_inputs"].iloc[0]) if len(rows) else None
+
+
+def shape_of(finding: dict, trace) -> Shape:
+    """The shape of one finding (a row of RaceReport.findings, as a dict) of `trace`; raises
+    NotReducible when it is none of SHAPES, saying which part differs."""
+    f = {k: (None if (v is not None and not isinstance(v, str) and pd.isna(v)) else v) for k, v in finding.items()}
+    who = f"{f['a_backend']} {f['a_kind']} / {f['b_backend']} {f['b_kind']}"
+    if f.get("a_role") == "reduce" and f.get("b_role") == "copy":
+        devices = _meta_devices(trace)
+        if f["a_backend"] not in devices:
+            raise NotReducible(f"the reduce runs on {f['a_backend']}, which is not a device of a meta backend")
+        return Shape("allreduce-scratch", f["class"], f["a_backend"], f["b_queue_backend"] or f["b_backend"], "event",
+                     int(f["range_end"]) - int(f["range_start"]), len(devices), devices.index(f["a_backend"]))
+    if f["a_kind"] != "cpy_tensor_async" or f["a_mode"] != "read" or not _backend_is_async(trace, f["a_backend"]):
+        raise NotReducible(f"its first operation ({who}) is not an async device's copy of its input; reduce knows "
+                           f"{' and '.join(SHAPES)} (docs/reduce.md)")
+    if not _buffer_is_host(trace, f["buffer"], f["generation"]):
+        raise NotReducible(f"the copy reads device memory ({f['buffer_type']}), not host memory; reduce knows "
+                           f"copies from host memory only (docs/reduce.md)")
+    if f["b_kind"] != "graph_compute" or f["b_mode"] != "write" or _backend_is_async(trace, f["b_backend"]):
+        raise NotReducible(f"its second operation ({who}) is not a synchronous backend's split writing the bytes "
+                           f"(docs/reduce.md)")
+    if f["a_graph"] is None or f["b_graph"] is None:
+        raise NotReducible("the race's operations are outside any traced graph (docs/reduce.md)")
+    common = dict(race_class=f["class"], device=f["a_backend"], writer=f["b_backend"], missing="drain",
+                  bytes=int(f["range_end"]) - int(f["range_start"]))
+    if f["b_graph"] > f["a_graph"]:
+        return Shape("next-graph-write", **common)
+    inputs = _split_inputs(trace, f["b_graph"], f["b_split"], f["b_backend"])
+    if f["b_graph"] == f["a_graph"] and f["b_split"] > f["a_split"] and inputs == 0:
+        return Shape("inputless-reuse", **common)
+    raise NotReducible(f"the writing split ({f['b_backend']} split {f['b_split']}, graph {f['b_graph']}) has "
+                       f"{inputs} inputs; reduce knows a writer without inputs in the same graph or a split of a "
+                       f"later graph (docs/reduce.md)")
+
+
+def spec_text(shape: Shape, size: int, header: str = "") -> str:
+    """The smallest graph of `shape` in the spec language (scenarios/scenarios.cpp), of `size`
+    (start_size: vectors of that many floats, or that many layers)."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    if shape.name == "allreduce-scratch":
+        return "\n".join(lines + [f"devices {shape.devices}", f"meta {size}"]) + "\n"
+    lines += [f"elements {size}", "devices 1"]
+    if shape.name == "inputless-reuse":
+        # h is dead once its copy into dev0 is queued, and cont cannot run in place: the allocator
+        # gives z h's bytes, and the split writing z has no inputs, so nothing waits for the copy
+        lines += ["input x", "input w",
+                  "op h cpu scale x      # the bytes the device copies (traced: the copy's input)",
+                  "op y dev0 scale h     # the device's split that reads them",
+                  "output y",
+                  "op z cpu cont w       # a CPU split with no inputs, placed on h's bytes"]
+    elif shape.name == "next-graph-write":
+        # each iteration a new graph, no synchronization between them: the next CPU split writes e
+        # while the device may still hold its copy of the previous e
+        lines += ["pipelined 1", "iterations 4",
+                  "input x",
+                  "op e cpu scale x      # written by the CPU split of every graph",
+                  "op out dev0 scale e   # read by the device's copy, late",
+                  "output out"]
+    else:
+        raise NotReducible(f"no graph for shape {shape.name}")
+    return "\n".join(lines) + "\n"
+
+
+def matching(findings: pd.DataFrame, trace, shape: Shape) -> list[dict]:
+    """The findings of a (reduced) trace that are the same race as `shape`."""
+    out = []
+    for f in findings.to_dict("records"):
+        try:
+            if shape_of(f, trace).same_race(shape):
+                out.append(f)
+        except NotReducible:
+            continue
+    return out

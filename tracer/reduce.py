@@ -1,0 +1,262 @@
+"""`ggml-trace reduce` and `replay`: from a race in a trace to a small deterministic reproduction
+that runs on virtual devices (or a real Vulkan device) without the model or the GPUs, and back.
+
+reduce: the finding's shape (analysis/reduction.py) becomes the smallest scheduler graph of that
+shape, written as a spec the scenario program reads; the reduced run is traced and its race
+analysed to confirm that the same race (class, roles, missing ordering) is there, and the vectors
+are halved while it stays. replay: the spec run N times on a build, each result compared with the
+CPU's, each trace analysed: RED when some result is wrong (exit 1), GREEN when none is (exit 0).
+docs/reduce.md.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..analysis.load import load
+from ..analysis.races import races
+from ..analysis.reduction import NotReducible, Shape, matching, shape_of, smallest_size, spec_text, start_size
+from . import scenario
+
+SPEC = "spec.txt"
+ABOUT = "reduce.json"
+README = "README.md"
+MIN_LATENCY_US = 2000.0  # the device's lateness on virtual devices: far beyond a small CPU split
+MAX_LATENCY_US = 50000.0
+
+
+class ReduceError(RuntimeError):
+    """No reproduction (or no replay): the message says why, in one line."""
+
+
+@dataclass
+class Confirmation:
+    found: bool  # the reduced run's trace has the same race
+    manifested: bool  # ... and the times prove it hit
+    wrong: bool  # the reduced run's result differs from the CPU's
+    graph: dict  # splits, nodes
+    trace: str
+
+
+@dataclass
+class Reduction:
+    directory: str
+    trace: str
+    race: int
+    shape: dict
+    build: str
+    backend: str
+    devices: int  # virtual devices
+    latency_us: list  # per virtual device
+    size: int  # what the reduction halved: elements of each vector, or layers (size_unit)
+    size_unit: str
+    splits: int
+    nodes: int
+    original: dict  # splits, nodes, bytes of the graph the race was found in
+    steps: list = field(default_factory=list)  # each tried size and whether the race stayed
+    expected: dict = field(default_factory=dict)  # a replay on the build it came from
+    command: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _pick(report, race: int | None) -> tuple[int, dict]:
+    findings = report.findings.to_dict("records")
+    if not findings:
+        raise ReduceError("no race in this trace: nothing to reduce")
+    n = race or 1
+    if not 1 <= n <= len(findings):
+        raise ReduceError(f"there is no race {n}: the trace has {len(findings)} (see `ggml-trace races`)")
+    return n, findings[n - 1]
+
+
+def _original_size(trace, finding: dict) -> dict:
+    s = trace.splits
+    g = s[s["graph"] == finding["a_graph"]]
+    return {"graph": int(finding["a_graph"]), "splits": int(len(g)), "nodes": int(g["n_nodes"].sum()),
+            "bytes": int(finding["range_end"]) - int(finding["range_start"])}
+
+
+def _latency_for(trace, finding: dict, shape: Shape) -> list[float]:
+    """Per virtual device: the one that reads late gets a latency well beyond what the writer took
+    in the trace (four times its split, at least MIN_LATENCY_US); the others none. An allreduce's
+    writer is a peer's copy inside the same split: the floor alone."""
+    s = trace.splits
+    w = s[(s["graph"] == finding["b_graph"]) & (s["split"] == finding["b_split"])]
+    took_us = float(w["duration"].max()) / 1000 if len(w) and shape.name != "allreduce-scratch" else 0.0
+    late = round(min(MAX_LATENCY_US, max(MIN_LATENCY_US, 4 * took_us)))
+    return [float(late) if i == shape.reader_index else 0.0 for i in range(shape.devices)]
+
+
+def _latency_arg(latency_us: list) -> str:
+    return ",".join(f"{v:g}" for v in latency_us)
+
+
+def confirm(spec: str, shape: Shape, build: str, latency_us: list, work: Path, backend: str = "vdev",
+            ) -> Confirmation:
+    """Runs `spec` once, traced, on `build` and looks for the race of `shape` in its trace."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / SPEC
+    path.write_text(spec)
+    r = scenario.run("spec", build=build, runs=1, latency_us=_latency_arg(latency_us), devices=shape.devices,
+                     out_dir=work, backend=backend, spec=path)
+    trace = load(r.traces[0])
+    found = matching(races(trace).findings, trace, shape)
+    return Confirmation(bool(found), any(bool(f["manifested"]) for f in found), r.corrupt_runs > 0, r.graph,
+                        r.traces[0])
+
+
+def reduce(trace_path, out_dir, race: int | None = None, build: str | None = None, backend: str = "vdev",
+           expect_runs: int = 3, log=lambda line: None) -> Reduction:
+    trace = load(trace_path)
+    n, finding = _pick(races(trace), race)
+    try:
+        shape = shape_of(finding, trace)
+    except NotReducible as e:
+        raise ReduceError(f"race {n} cannot be reduced: {e}") from None
+    build = build or (trace.header.get("hooks_build") or "").removesuffix("-vulkan")
+    if not build:
+        raise ReduceError("the trace does not say which build made it: give --build NAME")
+    latency = _latency_for(trace, finding, shape)
+    unit = "layers" if shape.name == "allreduce-scratch" else "elements"
+    header = (f"ggml-trace reduce {Path(trace_path).name} --race {n}\n"
+              f"{shape.race_class}: {finding['missing']}")
+    size, smallest = start_size(shape, trace, finding), smallest_size(shape)
+    out = Path(out_dir)
+    work = Path(tempfile.mkdtemp(prefix="ggml-trace-reduce-"))
+    steps = []
+    try:
+        # Halve the size while the race is there; keep the smallest size at which it also hit
+        # (on virtual devices the times prove it; a real device's markers may not).
+        best = None
+        while True:
+            spec = spec_text(shape, size, header=header)
+            c = confirm(spec, shape, build, latency, work / f"s{size}", backend)
+            steps.append({unit: size, "race": c.found, "manifested": c.manifested, "wrong": c.wrong})
+            log(f"{size} {unit}: " + ("same race" + (", manifested" if c.manifested else "") if c.found
+                                      else "the race is gone"))
+            if not c.found:
+                break
+            if c.manifested or backend != "vdev":
+                best = (size, spec, c)
+            if size <= smallest:
+                break
+            size = max(smallest, size // 2)
+        if best is None:
+            raise ReduceError(f"race {n} did not survive in the smallest graph of its shape ({shape.name}) on "
+                              f"{build} ({backend}): the reduced run's trace shows no such race")
+        size, spec, c = best
+        out.mkdir(parents=True, exist_ok=True)
+        (out / SPEC).write_text(spec)
+        result = Reduction(str(out), str(trace_path), n, shape.to_json(), build, backend, shape.devices, latency,
+                           size, unit, c.graph.get("splits", 0), c.graph.get("nodes", 0),
+                           _original_size(trace, finding), steps)
+        result.command = f"ggml-trace replay {out} --build {build} --runs 20"
+        (out / ABOUT).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        rep = replay(out, build, runs=expect_runs, backend=backend, work=work / "expected")
+        result.expected = rep.to_json() | {"traces": []}
+        (out / ABOUT).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        (out / README).write_text(readme(result, finding))
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass
+class Replay:
+    build: str
+    backend: str
+    runs: int
+    red_runs: int  # runs whose result differs from the CPU's
+    manifested_runs: int  # runs whose trace proves the race hit
+    race_runs: int  # runs whose trace shows the race at all
+    verdict: str  # RED or GREEN
+    splits: int
+    nodes: int
+    latency_us: list
+    traces: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _about(directory: Path) -> dict:
+    try:
+        about = json.loads((directory / ABOUT).read_text())
+        (directory / SPEC).stat()
+        return about
+    except (OSError, ValueError) as e:
+        raise ReduceError(f"{directory} is not a reproduction written by `ggml-trace reduce` ({e})") from None
+
+
+def replay(directory, build: str, runs: int = 20, backend: str = "vdev", seed: int = 0, work=None) -> Replay:
+    directory = Path(directory)
+    about = _about(directory)
+    s = about["shape"]
+    shape = Shape(s["name"], s["race_class"], s["device"], s["writer"], s["missing"], s["bytes"], s["devices"],
+                  s["reader_index"])
+    out = Path(work) if work else Path(tempfile.mkdtemp(prefix="ggml-trace-replay-"))
+    r = scenario.run("spec", build=build, runs=runs, latency_us=_latency_arg(about["latency_us"]),
+                     devices=shape.devices, seed=seed, out_dir=out, backend=backend, spec=directory / SPEC)
+    race_runs = manifested_runs = 0
+    for path in r.traces:
+        trace = load(path)
+        found = matching(races(trace).findings, trace, shape)
+        race_runs += bool(found)
+        manifested_runs += any(bool(f["manifested"]) for f in found)
+    return Replay(build, backend, runs, r.corrupt_runs, manifested_runs, race_runs,
+                  "RED" if r.corrupt_runs else "GREEN", r.graph.get("splits", 0), r.graph.get("nodes", 0),
+                  about["latency_us"], r.traces)
+
+
+def format_replay(r: Replay) -> str:
+    where = ("a real Vulkan device" if r.backend == "vulkan"
+             else f"virtual devices, latency {_latency_arg(r.latency_us)} us")
+    return (f"{r.verdict}: {r.red_runs} of {r.runs} runs wrong on {r.build} ({where}); the race in "
+            f"{r.race_runs} traces, manifested in {r.manifested_runs}; graph of {r.splits} splits, {r.nodes} nodes")
+
+
+def format_reduction(r: Reduction) -> str:
+    o, e = r.original, r.expected
+    return "\n".join([
+        f"race {r.race} of {r.trace}: {r.shape['name']} ({r.shape['what']})",
+        f"reduced: graph {o['graph']} of {o['splits']} splits, {o['nodes']} nodes, {o['bytes']} bytes shared "
+        f"-> {r.splits} splits, {r.nodes} nodes, {r.size} {r.size_unit}; the same race confirmed by tracing it",
+        f"expected on {r.build}: {e.get('verdict')} ({e.get('red_runs')} of {e.get('runs')} runs wrong, "
+        f"manifested in {e.get('manifested_runs')})",
+        f"written to {r.directory}/ ({SPEC}, {ABOUT}, {README})",
+        f"run it: {r.command}",
+    ])
+
+
+def readme(r: Reduction, finding: dict) -> str:
+    """What a maintainer pastes into an issue or a test."""
+    o, e = r.original, r.expected
+    return f"""# A reproduction of a {r.shape['race_class']} race ({r.shape['name']})
+
+Reduced by `ggml-trace reduce {Path(r.trace).name} --race {r.race}` from a trace of {r.build}:
+
+> {finding['missing']}
+
+Shape: {r.shape['what']}.
+The traced graph {o['graph']} had {o['splits']} splits and {o['nodes']} nodes; this one has {r.splits} splits and
+{r.nodes} nodes ({r.size} {r.size_unit}), on {r.devices} virtual async device(s) whose operations take
+{_latency_arg(r.latency_us)} us.
+
+Run it (exit 1 RED: some run's result differs from the CPU's; 0 GREEN; 2 error):
+
+```sh
+{r.command}
+ggml-trace replay {r.directory} --build {r.build} --backend vulkan --runs 20   # the build's Vulkan tree
+```
+
+Expected on {r.build} ({r.backend}): **{e.get('verdict')}**, {e.get('red_runs')} of {e.get('runs')} runs wrong, the race
+manifested in {e.get('manifested_runs')} of them. A build with the ordering this race lacks is GREEN.
+
+`{SPEC}` is the graph (the scenario program's spec language, docs/reduce.md); `{ABOUT}` holds the
+finding's shape, the sizes before and after, and each size the reduction tried.
+"""
