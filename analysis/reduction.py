@@ -96,6 +96,15 @@ def _split_inputs(trace, graph, split, backend) -> int | None:
     return int(rows["n_inputs"].iloc[0]) if len(rows) else None
 
 
+def flat_finding(race: dict) -> dict:
+    """A finding in its JSON form (RaceReport.to_json()["races"]) in the form of a findings row."""
+    flat = {k: v for k, v in race.items() if k not in ("a", "b", "range")}
+    for side in "ab":
+        flat |= {f"{side}_{k}": v for k, v in (race.get(side) or {}).items()}
+    flat["range_start"], flat["range_end"] = race.get("range") or (0, 0)
+    return flat
+
+
 def shape_of(finding: dict, trace) -> Shape:
     """The shape of one finding (a row of RaceReport.findings, as a dict) of `trace`; raises
     NotReducible when it is none of SHAPES, saying which part differs."""

@@ -18,6 +18,7 @@ import pandas as pd
 from .build_info import build_info
 from .intervals import races_as_list
 from .race_report import verdict_words
+from .reduction import SHAPES, NotReducible, flat_finding, shape_of
 from .stalls import stalls, totals, words as stall_words
 from .summary import summarize
 from .timeline import timeline, timeline_html
@@ -164,6 +165,19 @@ def _delays(trace) -> str:
                       "requested µs", "stall µs", "injected at"], rows))
 
 
+def _reduce_offer(trace, race: dict, number: int, name: str) -> str:
+    """How to turn the race into a reproduction that runs without the model or the GPUs
+    (docs/reduce.md), or why it cannot be."""
+    try:
+        shape = shape_of(flat_finding(race), trace)
+    except (NotReducible, KeyError, TypeError, ValueError) as e:
+        return f'<p class="muted">No reproduction: {_e(e)}.</p>'
+    command = f"ggml-trace reduce {shlex.quote(name)} --race {number} -o race-{number}-repro"
+    return (f"<p>A reproduction without the model or the GPUs ({_e(shape.name)}: {_e(SHAPES[shape.name])}), "
+            f"for a bug report or a test; <code>ggml-trace replay</code> runs it on any build, RED or GREEN:</p>"
+            f"<pre>{_e(command)}</pre>")
+
+
 def report_html(trace, races=None, report_command: str | None = None) -> str:
     """The report page as a string (see write_report)."""
     meta, header = trace.meta, trace.header
@@ -225,6 +239,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
                    ("what is missing", r.get("missing", ""))])
             + _table(["op"] + fields, [[side] + [(r.get(side) or {}).get(f) for f in fields]
                                        for side in ("a", "b")])
+            + _reduce_offer(trace, r, i, name)
             + "</div>")
 
     # host stalls: why the host waited (analysis/stalls.py)

@@ -16,7 +16,8 @@ the document says otherwise with `exits N`:
 The blocks of one document run in order, in one bash shell per block, from one scratch directory
 per document, so that a later block reads what an earlier one wrote (traces, outputs). There,
 `build/` is a folder of links to the entries of the repository's build/ (the llama.cpp builds, the
-hooks, the models), except `scenarios/`, and GGML_TRACE_BUILD_DIR points at it: the scenarios'
+hooks, the models), except `scenarios/`, `tests/data` links to the committed traces, and
+GGML_TRACE_BUILD_DIR points at it: the scenarios'
 runs land in the scratch directory, nothing is written into the checkout. `ggml-trace` and
 `python` are the project's virtual environment's.
 """
@@ -122,6 +123,9 @@ def scratch_build(tmp: Path) -> Path:
     for entry in (ROOT / "build").iterdir():
         if entry.name != "scenarios":
             (build / entry.name).symlink_to(entry)
+    # the committed traces, read by the documents' examples (read only)
+    (tmp / "tests").mkdir()
+    (tmp / "tests" / "data").symlink_to(ROOT / "tests" / "data")
     return build
 
 

@@ -25,6 +25,9 @@ SPEC = "spec.txt"
 ABOUT = "reduce.json"
 README = "README.md"
 MIN_LATENCY_US = 2000.0  # the device's lateness on virtual devices: far beyond a small CPU split
+# ... and beyond what the host does between two graphs (reset, allocate, write 4 MiB of inputs, the
+# next CPU split), for a race across graphs
+MIN_LATENCY_NEXT_GRAPH_US = 10000.0
 MAX_LATENCY_US = 50000.0
 
 
@@ -88,7 +91,8 @@ def _latency_for(trace, finding: dict, shape: Shape) -> list[float]:
     s = trace.splits
     w = s[(s["graph"] == finding["b_graph"]) & (s["split"] == finding["b_split"])]
     took_us = float(w["duration"].max()) / 1000 if len(w) and shape.name != "allreduce-scratch" else 0.0
-    late = round(min(MAX_LATENCY_US, max(MIN_LATENCY_US, 4 * took_us)))
+    floor = MIN_LATENCY_NEXT_GRAPH_US if shape.name == "next-graph-write" else MIN_LATENCY_US
+    late = round(min(MAX_LATENCY_US, max(floor, 4 * took_us)))
     return [float(late) if i == shape.reader_index else 0.0 for i in range(shape.devices)]
 
 
@@ -147,8 +151,10 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
                 break
             size = max(smallest, size // 2)
         if best is None:
+            seen = ("shows the race, but its times do not prove it hit" if any(s["race"] for s in steps)
+                    else "shows no such race")
             raise ReduceError(f"race {n} did not survive in the smallest graph of its shape ({shape.name}) on "
-                              f"{build} ({backend}): the reduced run's trace shows no such race")
+                              f"{build} ({backend}): the reduced run's trace {seen}")
         size, spec, c = best
         out.mkdir(parents=True, exist_ok=True)
         (out / SPEC).write_text(spec)
@@ -184,21 +190,24 @@ class Replay:
         return asdict(self)
 
 
-def _about(directory: Path) -> dict:
+def _about(directory: Path) -> tuple[dict, Shape]:
+    """reduce.json of a reproduction, and the shape of its race."""
     try:
         about = json.loads((directory / ABOUT).read_text())
         (directory / SPEC).stat()
-        return about
-    except (OSError, ValueError) as e:
-        raise ReduceError(f"{directory} is not a reproduction written by `ggml-trace reduce` ({e})") from None
+        s = about["shape"]
+        shape = Shape(s["name"], s["race_class"], s["device"], s["writer"], s["missing"], int(s["bytes"]),
+                      int(s["devices"]), int(s["reader_index"]))
+        [float(v) for v in about["latency_us"]]
+        return about, shape
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReduceError(f"{directory} is not a reproduction written by this `ggml-trace reduce` "
+                          f"({type(e).__name__}: {e})") from None
 
 
 def replay(directory, build: str, runs: int = 20, backend: str = "vdev", seed: int = 0, work=None) -> Replay:
     directory = Path(directory)
-    about = _about(directory)
-    s = about["shape"]
-    shape = Shape(s["name"], s["race_class"], s["device"], s["writer"], s["missing"], s["bytes"], s["devices"],
-                  s["reader_index"])
+    about, shape = _about(directory)
     out = Path(work) if work else Path(tempfile.mkdtemp(prefix="ggml-trace-replay-"))
     r = scenario.run("spec", build=build, runs=runs, latency_us=_latency_arg(about["latency_us"]),
                      devices=shape.devices, seed=seed, out_dir=out, backend=backend, spec=directory / SPEC)
