@@ -2,11 +2,14 @@
 reproductions that run on virtual devices and on lavapipe, RED on the build that raced and GREEN on
 the build with the fix; what cannot be reduced is refused in one line."""
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, ggml_trace
+from ggml_trace.tracer.repro_cpp import cpp
 
 DATA = ROOT / "tests" / "data"
 
@@ -123,3 +126,34 @@ def test_the_report_offers_the_reduction(tmp_path):
     html = page.read_text()
     assert "ggml-trace reduce vulkan-nvidia-b10524-h200.ggmltrace --race 1 -o race-1-repro" in html
     assert "inputless-reuse" in html
+
+
+@pytest.mark.parametrize("build, red", [("b10524", True), ("b10531", False)])
+def test_the_standalone_program_is_red_before_the_fix_on_a_real_device(vulkan_23321, tmp_path, build, red):
+    """repro.cpp, compiled against a pinned tree's Vulkan build as a maintainer would compile it
+    against theirs, run on lavapipe without any of this project's libraries."""
+    out, doc = vulkan_23321
+    assert doc["standalone"] and Path(doc["standalone"]).name == "repro.cpp"
+    src = ROOT / "build" / "src" / f"llama-{build}" / "llama.cpp"
+    lib = ROOT / "build" / f"llama-{build}-vulkan" / "bin"
+    exe = tmp_path / "repro"
+    cc = subprocess.run(["c++", "-std=c++17", "-O2", str(out / "repro.cpp"), "-I", str(src / "ggml" / "include"),
+                         "-L", str(lib), "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-o", str(exe)],
+                        capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GGML_TRACE", "LD_PRELOAD"))}
+    r = subprocess.run([str(exe), "20"], capture_output=True, text=True, env=dict(env, GGML_VK_VISIBLE_DEVICES="0"),
+                       timeout=300)
+    assert r.returncode == (1 if red else 0), r.stdout + r.stderr
+    wrong = int(r.stdout.split()[1])
+    assert (wrong >= 18) if red else (wrong == 0), r.stdout
+    assert "libggml-trace" not in subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+
+
+def test_hostile_names_stay_inside_the_programs_comments(vulkan_23321):
+    out, _ = vulkan_23321
+    spec = (out / "spec.txt").read_text()
+    src = cpp(spec, "trace\nint injected = 1;", "tensor\rint also = 2;\u2028x")
+    assert not any(line.lstrip().startswith("int injected") or line.lstrip().startswith("int also")
+                   for line in src.splitlines())
+    assert not any(line.startswith(("int ", "static")) and "injected" in line for line in src.split("\n"))

@@ -20,7 +20,9 @@ from ..analysis.load import load
 from ..analysis.races import races
 from ..analysis.reduction import NotReducible, Shape, matching, shape_of, smallest_size, spec_text, start_size
 from . import scenario
+from .repro_cpp import NoStandalone, cpp, one_line
 
+CPP = "repro.cpp"
 SPEC = "spec.txt"
 ABOUT = "reduce.json"
 README = "README.md"
@@ -62,6 +64,8 @@ class Reduction:
     steps: list = field(default_factory=list)  # each tried size and whether the race stayed
     expected: dict = field(default_factory=dict)  # a replay on the build it came from
     command: str = ""
+    standalone: str | None = None  # repro.cpp, on ggml's public API alone; None: why not in standalone_why
+    standalone_why: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -162,6 +166,12 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
                            size, unit, c.graph.get("splits", 0), c.graph.get("nodes", 0),
                            _original_size(trace, finding), steps)
         result.command = f"ggml-trace replay {out} --build {build} --runs 20"
+        try:
+            title = f"A {shape.race_class} race ({shape.name}) reduced from {Path(trace_path).name}, race {n}"
+            (out / CPP).write_text(cpp(spec, title, finding["missing"]))
+            result.standalone = str(out / CPP)
+        except NoStandalone as e:
+            result.standalone_why = str(e)
         (out / ABOUT).write_text(json.dumps(result.to_json(), indent=2) + "\n")
         rep = replay(out, build, runs=expect_runs, backend=backend, work=work / "expected")
         result.expected = rep.to_json() | {"traces": []}
@@ -237,7 +247,7 @@ def format_reduction(r: Reduction) -> str:
         f"-> {r.splits} splits, {r.nodes} nodes, {r.size} {r.size_unit}; the same race confirmed by tracing it",
         f"expected on {r.build}: {e.get('verdict')} ({e.get('red_runs')} of {e.get('runs')} runs wrong, "
         f"manifested in {e.get('manifested_runs')})",
-        f"written to {r.directory}/ ({SPEC}, {ABOUT}, {README})",
+        f"written to {r.directory}/ ({SPEC}, {ABOUT}, {README}" + (f", {CPP}" if r.standalone else "") + ")",
         f"run it: {r.command}",
     ])
 
@@ -249,7 +259,7 @@ def readme(r: Reduction, finding: dict) -> str:
 
 Reduced by `ggml-trace reduce {Path(r.trace).name} --race {r.race}` from a trace of {r.build}:
 
-> {finding['missing']}
+> {one_line(finding['missing'])}
 
 Shape: {r.shape['what']}.
 The traced graph {o['graph']} had {o['splits']} splits and {o['nodes']} nodes; this one has {r.splits} splits and
@@ -268,4 +278,18 @@ manifested in {e.get('manifested_runs')} of them. A build with the ordering this
 
 `{SPEC}` is the graph (the scenario program's spec language, docs/reduce.md); `{ABOUT}` holds the
 finding's shape, the sizes before and after, and each size the reduction tried.
+{_standalone_words(r)}"""
+
+
+def _standalone_words(r: Reduction) -> str:
+    if not r.standalone:
+        return f"\nNo standalone program: {r.standalone_why}.\n"
+    return f"""
+`{CPP}` is the same graph on ggml's public API alone, for your own tree and a real device (it
+compares each run with the CPU's; exit 1 RED, 0 GREEN, 2 no device):
+
+```sh
+c++ -std=c++17 -O2 {CPP} -I LLAMA/ggml/include -L BUILD/bin -lggml -lggml-base -lggml-cpu -Wl,-rpath,BUILD/bin -o repro
+./repro 20
+```
 """
