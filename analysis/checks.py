@@ -15,7 +15,7 @@ import numpy as np
 from .columns import Columns
 from .raw_trace import TickClock
 from .trace_format import (
-    FILE_HEADER_DTYPE, GPU_API, GPU_KERNEL, GPU_MEMSET, HEADER_SIZE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER,
+    FILE_HEADER_DTYPE, GPU_CORRELATION, GPU_GRAPH, GPU_KERNEL, HEADER_SIZE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER,
     REC_CALL, REC_CLOCK, REC_GPU, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_SIZE,
     STRING_PIECE, BUF_FREED, BUF_SEEN, ACC_READ, ACC_WRITE, CALL_ID_THREAD_SHIFT, MAX_BACKENDS, MAX_THREAD,
     TraceFormatError,
@@ -165,8 +165,8 @@ def check_records(parts: dict[int, Parts], header: dict) -> list[Problem]:
     # GPU: a known kind, a device ordinal, activity times in the run (either clock).
     g = parts[REC_GPU]
     kind = g.recs["kind"].astype(np.int64)
-    bad = (kind < GPU_KERNEL) | (kind > GPU_API) | (g.recs["device"].astype(np.int64) >= MAX_GPU_DEVICES)
-    act = ((kind >= GPU_KERNEL) & (kind <= GPU_MEMSET)) | (kind == GPU_API)  # correlations: no times
+    bad = (kind < GPU_KERNEL) | (kind > GPU_GRAPH) | (g.recs["device"].astype(np.int64) >= MAX_GPU_DEVICES)
+    act = kind != GPU_CORRELATION  # correlations: no times
     tb, te = u64(g, "t_begin_ns"), u64(g, "t_end_ns")
     in_run = ((in_window(tb, t0_ns) & in_window(te, t0_ns))
               | (in_window(tb, t0_rt) & in_window(te, t0_rt)))

@@ -22,7 +22,7 @@ from .threads import side_by_side
 from .trace_format import (
     ACC_READ, ACC_WRITE, BUF_FREED, CALL_DECLINED, CALL_DTYPE, CALL_FAILED, CALL_KINDS, CALL_META_PARENT,
     DELAY_RULE_SHIFT, DELAY_WHERE_SHIFT, DEVICE_END_LATE, DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, GPU_API,
-    GPU_CORRELATION, GPU_KERNEL, GPU_MEMSET, KIND_IDS, META_ROLES, NEST_NO_DEVICE, NONE32, SCHED_NONE, SRC_DEVICE,
+    GPU_CORRELATION, GPU_GRAPH, GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, KIND_IDS, META_ROLES, NEST_NO_DEVICE, NONE32, SCHED_NONE, SRC_DEVICE,
     SRC_EVENTS, SRC_MARKERS,
 )
 
@@ -45,7 +45,10 @@ SOURCE_OF_RECORD = np.full(4, -1, np.int64)
 SOURCE_OF_RECORD[[SRC_DEVICE, SRC_EVENTS, SRC_MARKERS]] = [DEVICE_SOURCES.index(s) for s in ("device", "events", "markers")]
 SOURCE_PRIORITY = {"device": 0, "cupti": 1, "events": 2, "markers": 3}
 # CUPTI activity (REC_GPU kinds kernel, memcpy, memset) and CUpti_ActivityMemcpyKind names.
-GPU_KIND_DTYPE = pd.CategoricalDtype(["kernel", "memcpy", "memset"])
+GPU_KIND_DTYPE = pd.CategoricalDtype(["kernel", "memcpy", "memset", "graph"])
+# GpuActivityKind of an activity record -> its code in GPU_KIND_DTYPE (-1: not an activity)
+GPU_KIND_CODE = np.full(GPU_GRAPH + 1, -1, np.int64)
+GPU_KIND_CODE[[GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, GPU_GRAPH]] = np.arange(4)
 COPY_KINDS_CUPTI = ["unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
 COPY_KIND_DTYPE = pd.CategoricalDtype(COPY_KINDS_CUPTI)
 
@@ -496,12 +499,13 @@ class Loader:
         })
 
     def gpu_activity(self, meta: dict) -> pd.DataFrame:
-        """CUPTI's kernels, copies and memsets, each tied through its correlation record to the
-        traced call that launched it (call_id, with that call's kind, backend, graph, split)."""
+        """CUPTI's kernels, CUDA graphs (a whole graph's execution, in the default CUPTI mode),
+        copies and memsets, each tied through its correlation record to the traced call that
+        launched it (call_id, with that call's kind, backend, graph, split)."""
         g = self.raw.gpu
         corr = g[g["kind"] == GPU_CORRELATION]
         api = g[g["kind"] == GPU_API]
-        act = g[(g["kind"] >= GPU_KERNEL) & (g["kind"] <= GPU_MEMSET)]
+        act = g[GPU_KIND_CODE[g["kind"].astype(np.int64)] >= 0]
         act = take_rows(act, np.argsort(act["t_begin_ns"], kind="stable"))
         # CUPTI's times are CLOCK_MONOTONIC through our timestamp callback, else CLOCK_REALTIME.
         realtime = meta.get("cupti.clock") == "realtime"
@@ -530,16 +534,18 @@ class Loader:
         kind = act["kind"].astype(np.int64)
         copy_kind = act["copy_kind"].astype(np.int64)
         is_kernel = kind == GPU_KERNEL
+        named = is_kernel | (kind == GPU_GRAPH)
+        copies = (kind == GPU_MEMCPY) | (kind == GPU_MEMSET)
         return frame_of({
-            "kind": with_codes(kind - GPU_KERNEL, GPU_KIND_DTYPE),
-            "name": self.names(np.where(is_kernel, act["name"], 0).astype(np.uint64)),
+            "kind": with_codes(GPU_KIND_CODE[kind], GPU_KIND_DTYPE),
+            "name": self.names(np.where(named, act["name"], 0).astype(np.uint64)),
             "device": act["device"].astype(np.int64),
             "stream": act["stream"].astype(np.int64),
             "t_begin": act["t_begin_ns"].astype(np.int64) - t0,
             "t_end": act["t_end_ns"].astype(np.int64) - t0,
-            "copy_kind": with_codes(np.where(~is_kernel & (copy_kind < len(COPY_KINDS_CUPTI)),
+            "copy_kind": with_codes(np.where((kind == GPU_MEMCPY) & (copy_kind < len(COPY_KINDS_CUPTI)),
                                               copy_kind, -1), COPY_KIND_DTYPE),
-            "bytes": np.where(is_kernel, 0, act["bytes"]).astype(np.int64),
+            "bytes": np.where(copies, act["bytes"], 0).astype(np.int64),
             "grid": np.where(is_kernel, act["bytes"], 0).astype(np.int64),
             "correlation": act["correlation"].astype(np.int64),
             "call_id": nullable(call_id, ~hit, "UInt64"),

@@ -55,6 +55,7 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "kernel":              (("gpu",),                          "#4C78A8"),
     "memcpy":              (("gpu",),                          "#F58518"),
     "memset":              (("gpu",),                          "#C9C9C9"),
+    "graph":               (("gpu",),                          "#72B7B2"),  # a CUDA graph's whole execution
 }
 
 OTHER_COLOR = "#C8C8C8"  # a kind this table does not know (a newer trace)

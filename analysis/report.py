@@ -87,7 +87,11 @@ def _record_command(trace, name: str, argv: list[str]) -> list[str]:
     on = {var: env.get(var, "0") not in ("", "0") for var in FLAG_OPTIONS}
     on["GGML_TRACE_DEVICE_TIMING"] |= bool(sources & {"events", "markers"})
     on["GGML_TRACE_CUPTI"] |= meta.get("cupti") == "on"
-    opts += [opt for var, opt in FLAG_OPTIONS.items() if on[var]]
+    # --cupti's value: what the trace recorded (a trace from before the modes recorded every kernel)
+    kernels = env.get("GGML_TRACE_CUPTI") == "kernels" or meta.get("cupti.mode", "kernels") == "kernels"
+    for var, opt in FLAG_OPTIONS.items():
+        if on[var]:
+            opts += [opt, "kernels"] if var == "GGML_TRACE_CUPTI" and kernels else [opt]
     if env.get(HOST_WRITES, "infer") not in ("", "infer"):
         opts += ["--host-writes", env[HOST_WRITES]]
     seconds, size = (env.get(v) for v in RING_VARS)

@@ -45,7 +45,7 @@ DELAY_HOST, DELAY_QUEUE, DELAY_STREAM = 0, 1, 2
 META_ROLES = ["main", "zero", "copy", "reduce", "io", "sync", "other"]  # MetaRole 1..7
 
 # GpuActivityKind (REC_GPU)
-GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, GPU_CORRELATION, GPU_API = 1, 2, 3, 4, 5
+GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, GPU_CORRELATION, GPU_API, GPU_GRAPH = 1, 2, 3, 4, 5, 6
 
 # AccessMode, BufferEvent
 ACC_READ, ACC_WRITE = 1, 2

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "capture.h"
+#include "cupti_mode.h"
 #include "delay.h"
 #include "device_timing.h"
 #include "ggml_api.h"
@@ -77,6 +78,9 @@ void * comm_init_hook(ggml_backend_t * backends, size_t n) {
         return nullptr;  // not ours to answer: the meta backend falls back to its butterfly
     }
     void * ctx = e->init(backends, n);
+    if (ctx && process_has_nccl()) {
+        cupti_need_driver_api();  // NCCL launches through the driver API
+    }
     if (ctx && n <= (size_t) COMM_MAX_DEVICES) {
         for (CommGroup & g : g_groups) {
             if (g.ctx) continue;

@@ -19,6 +19,7 @@ void cupti_start() {
     }
 }
 bool cupti_active() { return false; }
+void cupti_need_driver_api() {}
 void cupti_push(uint64_t) {}
 void cupti_pop() {}
 void cupti_flush() {}
@@ -43,9 +44,11 @@ namespace {
 #if CUPTI_API_VERSION >= 130000
 using KernelRecord = CUpti_ActivityKernel10;
 using MemcpyRecord = CUpti_ActivityMemcpy6;
+using GraphRecord = CUpti_ActivityGraphTrace2;
 #else
 using KernelRecord = CUpti_ActivityKernel9;
 using MemcpyRecord = CUpti_ActivityMemcpy5;
+using GraphRecord = CUpti_ActivityGraphTrace;
 #endif
 
 const size_t BUFFER_BYTES = 8 << 20;
@@ -64,6 +67,8 @@ struct Cupti {
 
 Cupti g_cupti;
 std::atomic<bool> g_active{false};
+std::atomic<bool> g_driver_api{false};
+uint64_t g_graph_name = 0;  // "CUDA graph", interned once
 
 void fail(const char * what) {
     fprintf(stderr, "ggml-trace: CUPTI mode: %s; no GPU activity recorded\n", what);
@@ -169,6 +174,12 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t * buffer, size_t, si
                 write_activity(GPU_API, 0, a->start, a->end, a->correlationId, a->threadId, a->cbid, 0, 0);
                 break;
             }
+            case CUPTI_ACTIVITY_KIND_GRAPH_TRACE: {  // a whole CUDA graph's execution, one record
+                const GraphRecord * g = (const GraphRecord *) rec;
+                write_activity(GPU_GRAPH, g->deviceId, g->start, g->end, g->correlationId, g->streamId,
+                               g_graph_name, g->graphId, 0);
+                break;
+            }
             case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
                 const CUpti_ActivityExternalCorrelation * x = (const CUpti_ActivityExternalCorrelation *) rec;
                 if (x->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) {
@@ -217,17 +228,31 @@ void cupti_start() {
     if (resolve(lib, c.set_thread_id_type, "cuptiSetThreadIdType")) {
         c.set_thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
     }
+    // "graphs" (the default, as Nsight Systems' --cuda-graph-trace=graph): a CUDA graph's
+    // execution is one record, not one per kernel, and driver-API records come only once a
+    // communicator that launches through the driver (NCCL) is made. "kernels": every kernel,
+    // inside graphs too, and the driver API from the start.
+    const bool kernels = strcmp(v, "kernels") == 0;
     CUptiResult res = c.register_callbacks(buffer_requested, buffer_completed);
-    // External correlation records come with the runtime and driver API records they annotate
-    // (driver: work launched without the runtime, e.g. NCCL's kernels).
+    // External correlation records come with the runtime and driver API records they annotate.
     const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                         CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
-                                        CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
-                                        CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+                                        CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
     for (CUpti_ActivityKind k : kinds) {
         if (res == CUPTI_SUCCESS) {
             res = c.enable(k);
         }
+    }
+    const char * mode = "kernels";
+    if (res == CUPTI_SUCCESS && !kernels) {
+        g_graph_name = intern("CUDA graph");
+        if (c.enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE) == CUPTI_SUCCESS) {
+            mode = "graphs";
+        }  // else this CUPTI traces each kernel of a graph: what "kernels" records
+    }
+    if (res == CUPTI_SUCCESS && kernels) {
+        res = c.enable(CUPTI_ACTIVITY_KIND_DRIVER);
+        g_driver_api.store(res == CUPTI_SUCCESS);
     }
     if (res != CUPTI_SUCCESS) {
         const char * s = nullptr;
@@ -238,7 +263,16 @@ void cupti_start() {
         return;
     }
     write_meta("cupti", "on", 2);
+    write_meta("cupti.mode", mode, strlen(mode));
     g_active.store(true, std::memory_order_release);
+}
+
+void cupti_need_driver_api() {
+    if (!cupti_active() || g_driver_api.exchange(true)) {
+        return;
+    }
+    const char * what = g_cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_SUCCESS ? "on" : "failed";
+    write_meta("cupti.driver_api", what, strlen(what));
 }
 
 bool cupti_active() { return g_active.load(std::memory_order_relaxed); }

@@ -1,5 +1,5 @@
-// CUPTI mode for CUDA (GGML_TRACE_CUPTI=1): kernel, memcpy and memset activity records, each tied
-// to the traced call that launched it.
+// CUPTI mode for CUDA (GGML_TRACE_CUPTI=1 or graphs, kernels): kernel, CUDA graph, memcpy and memset
+// activity records, each tied to the traced call that launched it.
 //
 // libcupti is opened at run time: the hooks build without it, and a program runs the same whether
 // it is there or not. The hooks push each traced call's id as a CUPTI external correlation id
@@ -15,6 +15,9 @@ namespace ggml_trace {
 // not when it cannot (and writes the reason as META "cupti").
 void cupti_start();
 bool cupti_active();
+// A communicator that launches its kernels through the driver API (NCCL) was made: from now on the
+// driver API's records too, which tie those kernels to the traced calls (once; "kernels" mode has them).
+void cupti_need_driver_api();
 void cupti_push(uint64_t call_id);
 void cupti_pop();
 // Hands every buffered activity record to the trace (at scheduler free and at exit).

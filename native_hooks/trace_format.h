@@ -116,7 +116,10 @@ enum DeviceSource : uint8_t { SRC_DEVICE = 0, SRC_EVENTS = 1, SRC_MARKERS = 2 };
 static const uint8_t DEVICE_SOURCE_SHIFT = 4;
 static const uint8_t DEVICE_START_ESTIMATED = 0x40;
 static const uint8_t DEVICE_END_LATE = 0x80;
-enum GpuActivityKind : uint8_t { GPU_KERNEL = 1, GPU_MEMCPY = 2, GPU_MEMSET = 3, GPU_CORRELATION = 4, GPU_API = 5 };
+enum GpuActivityKind : uint8_t {
+    GPU_KERNEL = 1, GPU_MEMCPY = 2, GPU_MEMSET = 3, GPU_CORRELATION = 4, GPU_API = 5,
+    GPU_GRAPH = 6,  // a CUDA graph's whole execution (CUPTI's graph trace); name "CUDA graph", bytes: graph id
+};
 
 enum AccessMode : uint8_t { ACC_READ = 1, ACC_WRITE = 2 };
 

@@ -49,6 +49,8 @@ def cmd_record(args) -> int:
     # device-side timing: the event watcher and/or CUPTI (read by the hooks at start-up)
     timing = {k: "1" for k, on in (("GGML_TRACE_DEVICE_TIMING", args.device_timing),
                                    ("GGML_TRACE_CUPTI", args.cupti)) if on}
+    if args.cupti == "kernels":
+        timing["GGML_TRACE_CUPTI"] = "kernels"
     if timing:
         env = dict(env or os.environ, **timing)
     if args.ring:
@@ -452,8 +454,9 @@ def main(argv=None) -> int:
                    help="NVML sampling period (default: %(default)g)")
     p.add_argument("--device-timing", action="store_true",
                    help="time each operation on devices with events (a watcher thread per backend)")
-    p.add_argument("--cupti", action="store_true",
-                   help="CUDA: collect kernel and memcpy activity with CUPTI, loaded at run time")
+    p.add_argument("--cupti", nargs="?", const="graphs", choices=["graphs", "kernels"],
+                   help="CUDA: collect GPU activity with CUPTI, loaded at run time; graphs (the default): a CUDA "
+                        "graph's execution as one record, kernels: every kernel, inside graphs too (docs/gpu.md)")
     p.add_argument("--delay", action="append", metavar="SPEC",
                    help="inject a delay before the operations SPEC selects, e.g. "
                         "'VDEV0:graph_compute,split=1:2000' (repeatable; docs/delay.md)")

@@ -6,6 +6,7 @@
 #     (BUILDS="10531 11434" picks the builds to trace, NO_OVERHEAD=1 skips the table)
 #   bench/gpu/h200_session.sh bigbench GGUF_WHEEL OUT_DIR      # overhead on a 1.6 GB random-weight model
 #   bench/gpu/h200_session.sh overhead MODEL REPS [MODEL REPS...]  # llama-bench, the four modes interleaved
+#     (MODES="plain cupti cupti-kernels" picks the modes; cupti: CUDA graphs as one record, the default)
 # SLIM_TARS: llama.cpp source tarballs named llama-NNNNN-slim.tar.xz (the sdist's llama.cpp tree).
 set -uo pipefail
 step=$1; shift
@@ -40,12 +41,13 @@ fi
 overhead() {  # overhead MODEL REPS: llama-bench -ngl 99 on one GPU, the four modes interleaved
   local model=$1 reps=$2 bin=/tmp/b10531/bin hooks=/tmp/b10531/bin/libggml-trace-hooks.so
   for rep in $(seq "$reps"); do
-    for mode in plain default timing cupti; do
+    for mode in ${MODES:-plain default timing cupti}; do
       pre=()
       case $mode in
         default) pre=(env LD_PRELOAD=$hooks GGML_TRACE_OUTPUT=/tmp/ov-$mode-$rep.ggmltrace) ;;
         timing)  pre=(env LD_PRELOAD=$hooks GGML_TRACE_OUTPUT=/tmp/ov-$mode-$rep.ggmltrace GGML_TRACE_DEVICE_TIMING=1) ;;
         cupti)   pre=(env LD_PRELOAD=$hooks GGML_TRACE_OUTPUT=/tmp/ov-$mode-$rep.ggmltrace GGML_TRACE_CUPTI=1) ;;
+        cupti-kernels) pre=(env LD_PRELOAD=$hooks GGML_TRACE_OUTPUT=/tmp/ov-$mode-$rep.ggmltrace GGML_TRACE_CUPTI=kernels) ;;
       esac
       rm -f /tmp/ov-$mode-$rep.ggmltrace*
       CUDA_VISIBLE_DEVICES=0 "${pre[@]}" $bin/llama-bench -m "$model" -ngl 99 -p 512 -n 128 -r 3 -o csv 2>/dev/null \
