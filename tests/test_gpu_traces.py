@@ -152,3 +152,45 @@ def test_a_copy_is_declined_exactly_when_the_backend_queued_nothing(name):
     queued = c["call_id"].isin(t.accesses["call_id"])
     assert c["declined"].any() and (c["declined"] == ~queued).all()
     assert not t.calls.loc[~t.calls["kind"].isin(["cpy_tensor_async", "comm_allreduce"]), "declined"].any()
+
+
+def test_cupti_graph_mode_records_each_cuda_graph_once_and_ties_it_to_its_split():
+    """The same llama-completion run on an H200 traced in both CUPTI modes (bench/gpu/cupti_modes.sh):
+    graphs (the default) records each CUDA graph's execution as one activity, kernels every kernel
+    inside it too; in both every activity is tied to its traced call and every CUDA split gets a
+    CUPTI device interval."""
+    graphs = analysis.load(DATA / "cuda-b10531-simple-1gpu-cupti-graphs.ggmltrace")
+    kernels = analysis.load(DATA / "cuda-b10531-simple-1gpu-cupti-kernels.ggmltrace")
+    check_dtypes(graphs)
+    assert graphs.meta["cupti.mode"] == "graphs" and kernels.meta["cupti.mode"] == "kernels"
+    gg, gk = graphs.gpu, kernels.gpu
+    runs = gg[gg["kind"] == "graph"]
+    assert len(runs) >= 10 and (runs["name"].astype(str) == "CUDA graph").all()
+    assert (runs["call_kind"] == "graph_compute").all() and (runs["backend"].astype(str) == "CUDA0").all()
+    assert (runs["t_end"] > runs["t_begin"]).all()
+    assert (gk["kind"] == "graph").sum() == 0
+    # the kernels a graph ran are not listed one by one: far fewer kernel records for the same run
+    assert (gk["kind"] == "kernel").sum() > 3 * (gg["kind"] == "kernel").sum()
+    for t in (graphs, kernels):
+        assert t.gpu["call_id"].notna().all()
+        cuda = t.splits[t.splits["backend"].astype(str) == "CUDA0"]
+        timed = t.device[(t.device["source"] == "cupti") & (t.device["kind"] == "graph_compute")]
+        assert len(cuda) > 10 and cuda["call_id"].isin(timed["call_id"]).all()
+    # CUPTI's clock is the trace's: a graph runs after the host call that launched it began
+    calls = graphs.calls.set_index("call_id")
+    launched = calls.loc[runs["call_id"].astype("uint64").to_numpy(), "t_begin"].to_numpy()
+    assert (runs["t_begin"].to_numpy() >= launched).all()
+
+
+def test_the_report_reproduces_the_cupti_mode(tmp_path):
+    import html
+    import re
+    import shlex
+
+    for mode, want in (("graphs", ["--cupti"]), ("kernels", ["--cupti", "kernels"])):
+        page = tmp_path / f"{mode}.html"
+        t = analysis.load(DATA / f"cuda-b10531-simple-1gpu-cupti-{mode}.ggmltrace")
+        analysis.write_report(t, page)
+        cmd = shlex.split(html.unescape(re.search(r"Recorded with:</p><pre>(.*?)</pre>", page.read_text(), re.S)[1]))
+        at = cmd.index("--cupti")
+        assert cmd[at:at + len(want)] == want and (mode == "kernels" or cmd[at + 1] != "kernels"), cmd
