@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .critical_path import critical_path
 from .load import Trace, best_device_intervals
 from .stalls import stalls, totals as stall_totals
 
@@ -22,7 +23,7 @@ NOISE_REL_ONE = 0.30  # one run a side
 NOISE_REL = 0.10      # several: and at least their spread
 NOISE_WALL = 0.02     # a small quantity's jitter: ~1 ms of device time in a 100 ms run
 TIMES = ["wall_ns", "host_blocked_ns", "avoidable_blocked_ns", "device_busy_ns", "device_idle_ns",
-         "device_overlap_ns", "in_flight_ns"]
+         "device_overlap_ns", "in_flight_ns", "critical_host_ns", "critical_device_ns", "critical_waiting_ns"]
 COUNTS = ["graphs", "splits", "copies", "copy_bytes", "synchronizations", "event_records", "event_waits",
           "avoidable_waits"]
 
@@ -100,18 +101,22 @@ def run_totals(t: Trace, with_structure: bool = True) -> dict:
     in_flight = _union_ns(span.to_numpy(np.int64), g_end.fillna(span).to_numpy(np.int64)) if len(span) else 0
     s = stalls(t)
     st = stall_totals(s)
+    path = critical_path(t, s)
     cp = t.copies
     structure = split_structure(t) if with_structure else None
     out = {
         "wall_ns": wall, "host_blocked_ns": st["blocked_ns"], "avoidable_blocked_ns": st["avoidable_blocked_ns"],
         "device_busy_ns": busy, "device_idle_ns": max(len(per_queue) * wall - busy, 0),
         "device_overlap_ns": _overlap_ns(per_queue), "in_flight_ns": in_flight,
+        # the critical path along the driving host thread (analysis/critical_path.py)
+        "critical_host_ns": path["host_ns"] + path["copies_ns"], "critical_device_ns": sum(path["devices"].values()),
+        "critical_waiting_ns": path["waiting_ns"],
         "graphs": int(len(graphs)), "splits": int(len(t.splits)), "copies": int(len(cp)),
         "copy_bytes": int(cp["bytes"].sum()), "synchronizations": int(kind.isin(["synchronize", "event_synchronize"]).sum()),
         "event_records": int((kind == "event_record").sum()), "event_waits": int((kind == "event_wait").sum()),
         "avoidable_waits": st["avoidable_calls"],
     }
-    return {"totals": out, "structure": structure}
+    return {"totals": out, "structure": structure, "critical_path": path}
 
 
 def side(traces: list[Trace]) -> dict:
@@ -120,7 +125,7 @@ def side(traces: list[Trace]) -> dict:
     df = pd.DataFrame([r["totals"] for r in runs])
     return {"runs": len(runs), "median": {k: float(df[k].median()) for k in df},
             "min": {k: int(df[k].min()) for k in df}, "max": {k: int(df[k].max()) for k in df},
-            "structure": runs[0]["structure"]}
+            "structure": runs[0]["structure"], "critical_path": runs[0]["critical_path"]}
 
 
 def compare(a: list[Trace], b: list[Trace]) -> dict:
@@ -143,8 +148,10 @@ def compare(a: list[Trace], b: list[Trace]) -> dict:
     both = ga.index.intersection(gb.index)
     differing = both[(ga[both].to_numpy() != gb[both].to_numpy())].astype(int).tolist()
     return {
-        "a": {"runs": sa["runs"], "totals": sa["median"], "min": sa["min"], "max": sa["max"]},
-        "b": {"runs": sb["runs"], "totals": sb["median"], "min": sb["min"], "max": sb["max"]},
+        "a": {"runs": sa["runs"], "totals": sa["median"], "min": sa["min"], "max": sa["max"],
+              "critical_path": sa["critical_path"]},
+        "b": {"runs": sb["runs"], "totals": sb["median"], "min": sb["min"], "max": sb["max"],
+              "critical_path": sb["critical_path"]},
         "diff": diff, "noise_rel": rel, "noise_wall": NOISE_WALL,
         "graphs": {"a": int(len(ga)), "b": int(len(gb)), "aligned": int(len(both)),
                    "split_structure_differs": differing[:50], "split_structure_differs_count": len(differing)},
@@ -166,6 +173,12 @@ def format_compare(r: dict, label_a: str, label_b: str) -> str:
         d = r["diff"][k]
         mark = "  *" if d["significant"] else ""
         lines.append(f"{k:24} {d['a']:13.0f} {d['b']:13.0f} {d['diff']:+13.0f}{mark}")
+    for side, label in (("a", "A"), ("b", "B")):
+        p = r[side].get("critical_path")
+        if p and p["wall_ns"]:
+            parts = [("host", p["host_ns"]), ("copies", p["copies_ns"]), *p["devices"].items(), ("waiting", p["waiting_ns"])]
+            lines.append(f"critical path {label} (first run): " + ", ".join(
+                f"{name} {ns / p['wall_ns']:.0%}" for name, ns in parts if ns))
     g = r["graphs"]
     lines.append(f"graphs: A {g['a']}, B {g['b']}, aligned by sequence number {g['aligned']}; "
                  f"split structure differs in {g['split_structure_differs_count']}")

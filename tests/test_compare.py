@@ -56,6 +56,16 @@ def test_compare_shows_what_the_patch_saved(stall_runs, tmp_path):
     assert d["avoidable_waits"]["diff"] < 0
     assert r["a"]["totals"]["splits"] == r["b"]["totals"]["splits"]  # the same schedule
     assert r["graphs"]["aligned"] == 8 and r["graphs"]["split_structure_differs_count"] == 0
+    # the critical path: unpatched, the host waits on each device in turn, so the first two devices
+    # carry much of it; patched, the chain runs ahead and the host waits once, for the last device
+    for side in ("a", "b"):
+        p = r[side]["critical_path"]
+        assert p["host_ns"] + p["copies_ns"] + p["waiting_ns"] + sum(p["devices"].values()) == p["wall_ns"]
+    pa, pb = r["a"]["critical_path"]["devices"], r["b"]["critical_path"]["devices"]
+    wall_a, wall_b = r["a"]["critical_path"]["wall_ns"], r["b"]["critical_path"]["wall_ns"]
+    assert pa["VDEV0"] + pa["VDEV1"] > 0.4 * wall_a and pa["VDEV2"] < 0.5 * wall_a, pa
+    assert pb["VDEV0"] + pb["VDEV1"] < 0.1 * wall_b and pb["VDEV2"] > 0.8 * wall_b, pb
+    assert d["critical_device_ns"]["a"] > 0.9 * d["wall_ns"]["a"]  # the devices bound this run, not the host
     # the CLI: folders of runs as sides, JSON, the page with both timelines, the exit status
     da, db = Path(stall_runs["b11434"].traces[0]).parent, Path(stall_runs["b11434-inputsfirst"].traces[0]).parent
     page = tmp_path / "cmp.html"

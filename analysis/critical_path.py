@@ -1,0 +1,136 @@
+"""Where a run's wall time went, along the host thread that drives the scheduler (docs/compare.md).
+
+One host thread drives ggml's scheduler: it runs the CPU's splits, enqueues the devices' work and
+waits for it. So at each moment of a run, from its first graph to the end of its last work, the
+critical path is on one of:
+
+- the host: the driving thread is running (the CPU's splits, the scheduler, the program);
+- copies: it is blocked in a synchronous copy;
+- a device: it is blocked in a wait (docs/stalls.md) while the queue it drains is occupied, else
+  while a queue that the drained work waited on (the wait's `via`) is; after the thread's last
+  call, the device that finishes last, while occupied. A queue is occupied from when its next
+  operation could start (enqueued, and the one before it on that queue ended) to when it ended:
+  launch latency counts, as a virtual device's latency does. A copy from another device is on the
+  source's queue, where it runs;
+- waiting: it is blocked while none of those is busy (a device's latency, launch gaps, a queue
+  waiting on an event nobody traced).
+
+The parts add up to the wall time. It is the path through the driving thread's dependencies, not
+through every queue's: work that overlapped a running host or another queue's busy time is off it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .load import Trace, best_device_intervals
+from .stalls import SYNC_COPY_KINDS, stalls
+
+
+def _runs(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [b, e) as disjoint runs (starts, ends), in time order."""
+    if len(b) == 0:
+        return b.astype(np.int64), e.astype(np.int64)
+    o = np.argsort(b, kind="stable")
+    b, e = b[o], np.maximum.accumulate(e[o])
+    idx = np.flatnonzero(np.r_[True, b[1:] > e[:-1]])  # a run starts where all before it have ended
+    return b[idx], np.r_[e[idx[1:] - 1], e[-1]]
+
+
+class _Busy:
+    """A queue's busy time as disjoint runs, and how much of any interval they cover."""
+
+    def __init__(self, b: np.ndarray, e: np.ndarray):
+        self.starts, self.ends = _runs(b, e)
+        self.before = np.r_[0, np.cumsum(self.ends - self.starts)]  # busy time before run k
+
+    def _upto(self, x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.starts, x, side="right") - 1
+        inside = np.where(k >= 0, np.minimum(x - self.starts[np.maximum(k, 0)],
+                                             self.ends[np.maximum(k, 0)] - self.starts[np.maximum(k, 0)]), 0)
+        return np.where(k >= 0, self.before[np.maximum(k, 0)] + inside, 0)
+
+    def covered(self, b: np.ndarray, e: np.ndarray) -> np.ndarray:
+        if len(self.starts) == 0:
+            return np.zeros(len(b), np.int64)
+        return self._upto(e) - self._upto(b)
+
+
+def _occupied(t: Trace, dev: pd.DataFrame) -> dict[str, _Busy]:
+    """Per queue, the time it was occupied (see the module's words)."""
+    if not len(dev):
+        return {}
+    c = t.calls.set_index("call_id")
+    enq = c.reindex(dev["call_id"].to_numpy(np.uint64))
+    b = t.backends
+    is_async = set(b.loc[b["has_async"] | b["has_events"], "name"].astype(str))
+    dest = dev["backend"].astype(str).to_numpy(object)
+    src = enq["backend2"].astype(object).to_numpy()
+    peer = (enq["kind"].astype(object).to_numpy() == "cpy_tensor_async") & np.isin(src.astype(str), list(is_async))
+    queue = np.where(peer, src, dest).astype(str)
+    begin, end = dev["t_begin"].to_numpy(np.int64), dev["t_end"].to_numpy(np.int64)
+    start = np.minimum(np.nan_to_num(enq["t_begin"].to_numpy(np.float64), nan=0).astype(np.int64), begin)
+    out = {}
+    for q in np.unique(queue):
+        sel = np.flatnonzero(queue == q)
+        sel = sel[np.argsort(end[sel], kind="stable")]
+        prev_end = np.r_[np.iinfo(np.int64).min, end[sel][:-1]]
+        occ = np.minimum(np.maximum(start[sel], prev_end), begin[sel])
+        out[str(q)] = _Busy(occ, end[sel])
+    return out
+
+
+def critical_path(t: Trace, st: pd.DataFrame | None = None) -> dict:
+    """{"wall_ns", "host_ns", "copies_ns", "waiting_ns", "devices": {backend: ns}} of one run (its
+    stalls frame may be given, to avoid computing it twice)."""
+    c = t.calls
+    graphs = c[c["kind"] == "sched_graph_compute"]
+    dev = best_device_intervals(t.device)
+    dev = dev[dev["backend"].notna()]
+    if not len(c):
+        return {"wall_ns": 0, "host_ns": 0, "copies_ns": 0, "waiting_ns": 0, "devices": {}}
+    t0 = int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min())
+    t_end = max(int(c["t_end"].max()), int(dev["t_end"].max()) if len(dev) else 0)
+    driver = int(graphs["thread"].mode().iloc[0]) if len(graphs) else int(c["thread"].mode().iloc[0])
+    host_end = int(c.loc[c["thread"] == driver, "t_end"].max())
+    busy = _occupied(t, dev)
+    devices = {name: 0 for name in busy}
+
+    st = stalls(t) if st is None else st
+    st = st[(st["thread"] == driver) & (st["t_end"] > t0)].sort_values("t_begin", kind="stable")
+    b = np.maximum(st["t_begin"].to_numpy(np.int64), t0)
+    e = st["t_end"].to_numpy(np.int64)
+    b = np.maximum(b, np.r_[t0, np.maximum.accumulate(e)[:-1]])  # nested or overlapping: each instant once
+    e = np.maximum(e, b)
+    span = e - b
+    copy = st["kind"].isin(SYNC_COPY_KINDS).to_numpy()
+    copies = int(span[copy].sum())
+    waiting = 0
+    queue = st["backend"].astype(object).to_numpy()
+    via = st["via"].astype(object).to_numpy()
+    for q in pd.unique(queue[~copy]):
+        on_q = ~copy & (queue == q)
+        cq = busy[q].covered(b[on_q], e[on_q]) if q in busy else np.zeros(int(on_q.sum()), np.int64)
+        devices[q] = devices.get(q, 0) + int(cq.sum())
+        rest = span[on_q] - cq
+        # the rest: while a queue the drained work waited on was busy (the first named, as many)
+        v = via[on_q]
+        for name in pd.unique(v[pd.notna(v)]):
+            sel = v == name
+            first = str(name).split(", ")[0]
+            if first in busy:
+                cv = np.minimum(busy[first].covered(b[on_q][sel], e[on_q][sel]), rest[sel])
+                devices[first] = devices.get(first, 0) + int(cv.sum())
+                rest[sel] -= cv
+        waiting += int(rest.sum())
+    blocked = int(span.sum())
+    host = max(min(host_end, t_end) - t0 - blocked, 0)
+    # after the driving thread's last call: the device that finished last, while it was busy
+    tail = max(t_end - max(host_end, t0), 0)
+    if tail and len(dev):
+        last = str(dev.loc[dev["t_end"].idxmax(), "backend"])
+        on_last = int(busy[last].covered(np.array([t_end - tail]), np.array([t_end]))[0])
+        devices[last] += on_last
+        waiting += tail - on_last
+    return {"wall_ns": t_end - t0, "host_ns": host, "copies_ns": copies, "waiting_ns": waiting,
+            "devices": {k: v for k, v in sorted(devices.items())}}
