@@ -245,17 +245,25 @@ class _Model:
         dd, ll = dd[hit], ll[hit]
         sg, first = np.unique(d_seg[dd], return_index=True)  # the first conflicting pair of each segment
         needed[sg] = True
-        conflict[sg] = [f"{self._access(x)} before {self._access(y)}" for x, y in zip(dd[first], ll[first])]
+        if len(sg):
+            conflict[sg] = np.char.add(np.char.add(self._access(dd[first]), " before "), self._access(ll[first])).tolist()
         return needed, conflict
 
-    def _access(self, a: int) -> str:
+    def _access(self, a: np.ndarray) -> np.ndarray:
+        """'VDEV0 split 3 (graph 2) reads h' for each access in `a`, in whole-array string operations
+        (one a needed wait: there can be thousands)."""
         ci = self.a_call[a]
-        kind = self.kind_name(ci)
-        what = f"split {self.sp[ci]}" if kind == "graph_compute" else str(kind)
-        mode = "writes" if self.a_write[a] else "reads"
-        tensor = self.a_tcats[self.a_tc[a]] if self.a_tc[a] >= 0 else "?"
-        graph = f" (graph {self.g[ci]})" if self.g[ci] >= 0 else ""
-        return f"{self.bnames[self.runs_on[ci]] or 'the host'} {what}{graph} {mode} {tensor}"
+        kind = self.knames[self.kc[ci]].astype(str)
+        what = np.where(kind == "graph_compute", np.char.add("split ", self.sp[ci].astype(str)), kind)
+        who = self.bnames[self.runs_on[ci]]
+        who = np.where(pd.isna(who), "the host", who).astype(str)
+        graph = np.where(self.g[ci] >= 0, np.char.add(np.char.add(" (graph ", self.g[ci].astype(str)), ")"), "")
+        mode = np.where(self.a_write[a], " writes ", " reads ")
+        tensor = np.where(self.a_tc[a] >= 0, self.a_tcats[np.maximum(self.a_tc[a], 0)].astype(str), "?")
+        out = who
+        for part in (" ", what, graph, mode, tensor):
+            out = np.char.add(out, part)
+        return out
 
     def _rows(self, out: pd.DataFrame, q) -> pd.DataFrame:
         i = out["i"].to_numpy()
