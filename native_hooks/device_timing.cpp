@@ -50,12 +50,12 @@ void choose_observer(ggml_backend_t backend, uint32_t index, const ggml_backend_
     if (g_chosen[index].load(std::memory_order_relaxed)) {
         return;
     }
-    const char * mode = orig.event_record ? "none" : nullptr;  // no events: a synchronous backend
-    if (!mode) {
-    } else if (events_thread_safe(backend)) {
-        mode = watcher_start(backend, index, orig) ? "events" : "none";
-    } else if (is_vulkan(backend)) {
-        if (markers_start(backend, index, orig)) {
+    const char * mode = nullptr;  // no events: a synchronous backend, nothing to time or say
+    if (orig.event_record) {
+        mode = "none";
+        if (events_thread_safe(backend)) {
+            if (watcher_start(backend, index, orig)) mode = "events";
+        } else if (is_vulkan(backend) && markers_start(backend, index, orig)) {
             mode = "markers";
         }
     }
