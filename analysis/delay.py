@@ -95,9 +95,10 @@ def delay_stalls(trace) -> pd.DataFrame:
     out["prev_end"] = prev
     out["target_start"] = start
     out["gap_ns"] = start - prev
-    # A queued delay counts from when the host had enqueued it (t_end); a host delay is the
-    # host's own sleep, from its start.
-    inj = np.where(where == "host", d["t_begin"], d["t_end"]).astype(np.float64)
+    # A stream's delay counts from when the host had enqueued it (t_end). A virtual device's queue,
+    # idle, starts sleeping as soon as the delay is pushed, before the host's call returns: from
+    # its start (t_begin), as a host delay, the host's own sleep.
+    inj = np.where(where == "stream", d["t_end"], d["t_begin"]).astype(np.float64)
     out["stall_ns"] = start - np.fmax(prev, inj)
     out["error"] = out["stall_ns"] / out["requested_ns"] - 1
     return out[COLUMNS]

@@ -423,7 +423,7 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed, int layers = MLP_L) 
         fprintf(stderr, "allocation failed\n");
         return 1;
     }
-    printf("graph splits %d nodes %d\n", ggml_backend_sched_get_n_splits(sched), ggml_graph_n_nodes(graph));
+    fprintf(stderr, "graph splits %d nodes %d\n", ggml_backend_sched_get_n_splits(sched), ggml_graph_n_nodes(graph));
     std::vector<float> in(MLP_H * MLP_T), result(MLP_H * MLP_T);
     for (float & v : in) v = (float) xd(rng);
     ggml_backend_tensor_set(x0, in.data(), 0, ggml_nbytes(x0));
@@ -571,8 +571,9 @@ int main(int argc, char ** argv) {
                 fprintf(stderr, "allocation failed\n");
                 return 1;
             }
-            if (it == 0) {  // the size of what ran (reduce reports it)
-                printf("graph splits %d nodes %d\n", ggml_backend_sched_get_n_splits(s.sched), ggml_graph_n_nodes(graph));
+            if (it == 0) {  // the size of what ran (reduce reports it), on stderr: stdout is compared
+                            // with the same program's run on the CPU alone
+                fprintf(stderr, "graph splits %d nodes %d\n", ggml_backend_sched_get_n_splits(s.sched), ggml_graph_n_nodes(graph));
             }
         }
         for (auto & in : s.inputs) {

@@ -139,7 +139,8 @@ def test_report_names_the_gpus_and_the_recording_flags(tmp_path):
     html = out.read_text()
     for g in t.nvml["gpus"]:
         assert g["uuid"] in html and g["pci_bus_id"] in html
-    assert "NVIDIA H200" in html and "ggml-trace record --device-timing --cupti -o" in html
+    # recorded before CUPTI had modes, every kernel: --cupti kernels reproduces it
+    assert "NVIDIA H200" in html and "ggml-trace record --device-timing --cupti kernels -o" in html
     assert '"gpus"' not in html  # the metadata as tables, not its raw JSON
 
 

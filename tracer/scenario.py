@@ -30,7 +30,7 @@ class ScenarioResult:
     corrupt: list = field(default_factory=list)  # indices of the corrupt runs
     traces: list = field(default_factory=list)
     backend: str = "vdev"  # or "vulkan": the real device (BACKENDS)
-    graph: dict = field(default_factory=dict)  # splits and nodes of the first run's graph, as the program said
+    graph: dict = field(default_factory=dict)  # splits and nodes of the first run's graph, as the program said (stderr)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -126,7 +126,7 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
         if r.returncode != 0:
             raise RuntimeError(f"run {i} of {name} failed ({r.returncode}): {r.stderr[-2000:]}")
         if i == 0:
-            result.graph = _graph_of(r.stdout)
+            result.graph = _graph_of(r.stderr)
         if _result_of(r.stdout) != expected:
             result.corrupt_runs += 1
             result.corrupt.append(i)
