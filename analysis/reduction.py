@@ -28,11 +28,14 @@ SHAPES = {
     "allreduce-scratch": "a meta backend's allreduce: a device's reduce reads its scratch buffer, then a "
                          "peer's copy into that buffer writes it, with no event between the two queues",
 }
-# The smallest vectors the reduction keeps: 4 MiB. On virtual devices the latency knob makes the
-# device late at any size, but a real one only while its copy lasts. On lavapipe the inputless-reuse
-# graph, traced, gave wrong results in 3 of 10 runs at 4 Ki floats, 16 of 20 at 64 Ki, 18 of 20 at
-# 256 Ki, 19 and 20 of 20 at 1 Mi (docs/reduce.md): at this floor a reproduction replays on both.
-MIN_ELEMENTS = 1 << 20
+# The smallest vectors the reduction keeps. For inputless-reuse 16 MiB: on virtual devices the
+# latency knob makes the device late at any size, but a real one only while its copy lasts. On
+# lavapipe that graph, traced, gave wrong results in 3 of 10 runs at 4 Ki floats, 16 of 20 at 64 Ki,
+# 18 of 20 at 256 Ki, 99 of 100 at 1 Mi (and once fewer than 18 of 20), 120 of 120 at 4 Mi
+# (docs/reduce.md): at this floor its reproduction replays on both. A real device is not late across
+# graphs at any size (next-graph-write), and the host's work between graphs grows with the bytes:
+# that shape goes down to 16 KiB.
+MIN_ELEMENTS = {"inputless-reuse": 1 << 22, "next-graph-write": 1 << 12}
 
 
 class NotReducible(ValueError):
@@ -72,11 +75,11 @@ def start_size(shape: Shape, trace, finding: dict) -> int:
         c = trace.calls
         reduces = c[(c["graph"] == finding["a_graph"]) & (c["role"] == "reduce") & (c["backend"] == shape.device)]
         return max(1, len(reduces))
-    return max(MIN_ELEMENTS, shape.bytes // 4)
+    return max(smallest_size(shape), shape.bytes // 4)
 
 
 def smallest_size(shape: Shape) -> int:
-    return 1 if shape.name == "allreduce-scratch" else MIN_ELEMENTS
+    return MIN_ELEMENTS.get(shape.name, 1)  # an allreduce: one layer
 
 
 def _backend_is_async(trace, name) -> bool:

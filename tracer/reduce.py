@@ -27,8 +27,8 @@ SPEC = "spec.txt"
 ABOUT = "reduce.json"
 README = "README.md"
 MIN_LATENCY_US = 2000.0  # the device's lateness on virtual devices: far beyond a small CPU split
-# ... and beyond what the host does between two graphs (reset, allocate, write 4 MiB of inputs, the
-# next CPU split), for a race across graphs
+# ... and beyond what the host does between two graphs (reset, allocate, write the inputs, the next
+# CPU split), for a race across graphs
 MIN_LATENCY_NEXT_GRAPH_US = 10000.0
 MAX_LATENCY_US = 50000.0
 
@@ -126,7 +126,10 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
         shape = shape_of(finding, trace)
     except NotReducible as e:
         raise ReduceError(f"race {n} cannot be reduced: {e}") from None
-    build = build or (trace.header.get("hooks_build") or "").removesuffix("-vulkan")
+    hooks_build = trace.header.get("hooks_build") or ""
+    if isinstance(hooks_build, bytes):  # older headers: NUL-padded bytes
+        hooks_build = hooks_build.decode("utf-8", "replace").rstrip("\0")
+    build = build or hooks_build.removesuffix("-vulkan")
     if not build:
         raise ReduceError("the trace does not say which build made it: give --build NAME")
     latency = _latency_for(trace, finding, shape)

@@ -43,8 +43,9 @@ def _result_of(stdout: str) -> str:
     raise RuntimeError(f"the scenario printed no result: {stdout[-500:]!r}")
 
 
-def _graph_of(stdout: str) -> dict:
-    for line in stdout.splitlines():
+def _graph_of(text: str) -> dict:
+    """{"splits", "nodes"} from the program's "graph splits S nodes N" line ({} without one)."""
+    for line in text.splitlines():
         w = line.split()
         if w[:2] == ["graph", "splits"] and len(w) == 5:
             return {"splits": int(w[2]), "nodes": int(w[4])}
