@@ -13,8 +13,8 @@ import pytest
 from conftest import built_program, ggml_trace
 
 from ggml_trace.analysis import load
-from ggml_trace.analysis.ring import _window_start
-from ggml_trace.analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_trace_file
+from ggml_trace.analysis.ring import _window_start, oldest_chunk_ns
+from ggml_trace.analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_header, read_trace_file
 from ggml_trace.tracer import snapshots
 
 RING_WRITER = built_program("b10531", "ring-writer")
@@ -192,6 +192,8 @@ def test_record_ring_on_a_real_program_with_check_signal_and_snapshot(tmp_path):
                                   "0.2")
     try:
         wait_for_computes(proc, 2000)
+        header = read_header(out)
+        first_chunk = oldest_chunk_ns(out, header)
         program = child_of(proc.pid)
         r = ggml_trace("snapshot", program)
         assert r.returncode == 0, r.stderr
@@ -200,6 +202,11 @@ def test_record_ring_on_a_real_program_with_check_signal_and_snapshot(tmp_path):
         time.sleep(1.0)
         proc.send_signal(signal.SIGUSR1)
         time.sleep(1.0)
+        # the window must have moved on (the ring's first chunk recycled) before the kill: how soon
+        # depends on how fast the loop writes on this machine
+        deadline = time.monotonic() + 30
+        while oldest_chunk_ns(out, header) == first_chunk and time.monotonic() < deadline:
+            time.sleep(0.2)
         os.kill(program, signal.SIGKILL)
         rest, err = proc.communicate(timeout=60)
         seen = int(rest.split()[-1])  # the last "computed K" it printed
