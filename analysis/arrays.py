@@ -10,6 +10,16 @@ import pandas as pd
 from .trace_format import KIND_IDS
 
 
+def union_runs(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [b, e) as disjoint runs (starts, ends), in time order."""
+    if len(b) == 0:
+        return b.astype(np.int64), e.astype(np.int64)
+    o = np.argsort(b, kind="stable")
+    b, e = b[o], np.maximum.accumulate(e[o])
+    idx = np.flatnonzero(np.r_[True, b[1:] > e[:-1]])  # a run starts where all before it have ended
+    return b[idx], np.r_[e[idx[1:] - 1], e[-1]]
+
+
 def kind_ids(kinds: list[str]) -> np.ndarray:
     return np.array([KIND_IDS[k] for k in kinds], np.uint8)
 

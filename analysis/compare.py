@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .critical_path import critical_path
+from .arrays import union_runs
+from .critical_path import critical_path, run_window
 from .load import Trace, best_device_intervals
 from .stalls import stalls, totals as stall_totals
 
@@ -28,19 +29,9 @@ COUNTS = ["graphs", "splits", "copies", "copy_bytes", "synchronizations", "event
           "avoidable_waits"]
 
 
-def _runs(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [b, e) as disjoint runs (starts, ends), in time order."""
-    if len(b) == 0:
-        return b, e
-    o = np.argsort(b, kind="stable")
-    b, e = b[o], np.maximum.accumulate(e[o])
-    idx = np.flatnonzero(np.r_[True, b[1:] > e[:-1]])  # a run starts where all before it have ended
-    return b[idx], np.r_[e[idx[1:] - 1], e[-1]]
-
-
 def _union_ns(b: np.ndarray, e: np.ndarray) -> int:
     """Length of the union of intervals [b, e)."""
-    starts, ends = _runs(b, e)
+    starts, ends = union_runs(b, e)
     return int((ends - starts).sum())
 
 
@@ -48,7 +39,7 @@ def _overlap_ns(per_queue: list[tuple[np.ndarray, np.ndarray]]) -> int:
     """Time during which at least two queues were busy at once (a sweep over their runs)."""
     edges = []
     for b, e in per_queue:
-        starts, ends = _runs(b, e)
+        starts, ends = union_runs(b, e)
         if len(starts):
             edges.append(np.stack([np.r_[starts, ends], np.r_[np.ones(len(starts)), -np.ones(len(ends))]], axis=1))
     if len(edges) < 2:
@@ -57,13 +48,6 @@ def _overlap_ns(per_queue: list[tuple[np.ndarray, np.ndarray]]) -> int:
     ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # ends before begins at the same instant
     busy = np.cumsum(ev[:, 1])
     return int(np.diff(ev[:, 0])[busy[:-1] >= 2].sum())
-
-
-def first_graph_ns(t: Trace) -> int:
-    """When a run's first scheduler graph began (its first call, without any): where its wall time starts."""
-    c = t.calls
-    graphs = c[c["kind"] == "sched_graph_compute"]
-    return int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min()) if len(c) else 0
 
 
 def split_structure(t: Trace) -> pd.Series:
@@ -86,11 +70,8 @@ def run_totals(t: Trace, with_structure: bool = True) -> dict:
     graphs = c[kind == "sched_graph_compute"]
     dev = best_device_intervals(t.device)
     dev = dev[dev["backend"].notna()]
-    t0 = first_graph_ns(t)
-    ends = [int(c["t_end"].max())] if len(c) else [0]
-    if len(dev):
-        ends.append(int(dev["t_end"].max()))
-    wall = max(ends) - t0
+    t0, t_end = run_window(t, dev)
+    wall = t_end - t0
     per_queue = [(g["t_begin"].to_numpy(np.int64), g["t_end"].to_numpy(np.int64))
                  for _, g in dev.groupby(dev["backend"].astype(str))]
     busy = sum(_union_ns(b, e) for b, e in per_queue)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .compare import first_graph_ns, format_compare
+from .compare import format_compare
+from .critical_path import first_graph_ns
 from .timeline import timeline, timeline_html
 
 

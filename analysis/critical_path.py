@@ -23,32 +23,38 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .arrays import union_runs
 from .load import Trace, best_device_intervals
 from .stalls import SYNC_COPY_KINDS, stalls
 
 
-def _runs(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [b, e) as disjoint runs (starts, ends), in time order."""
-    if len(b) == 0:
-        return b.astype(np.int64), e.astype(np.int64)
-    o = np.argsort(b, kind="stable")
-    b, e = b[o], np.maximum.accumulate(e[o])
-    idx = np.flatnonzero(np.r_[True, b[1:] > e[:-1]])  # a run starts where all before it have ended
-    return b[idx], np.r_[e[idx[1:] - 1], e[-1]]
+def first_graph_ns(t: Trace) -> int:
+    """When a run's first scheduler graph began (its first call, without any): where its wall time starts."""
+    c = t.calls
+    graphs = c[c["kind"] == "sched_graph_compute"]
+    return int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min()) if len(c) else 0
+
+
+def run_window(t: Trace, dev: pd.DataFrame) -> tuple[int, int]:
+    """A run's wall time (t0, t_end): from its first graph to its last call or work on a device
+    (`dev`: best_device_intervals, rows with a backend)."""
+    c = t.calls
+    t_end = max(int(c["t_end"].max()) if len(c) else 0, int(dev["t_end"].max()) if len(dev) else 0)
+    return first_graph_ns(t), t_end
 
 
 class _Busy:
     """A queue's busy time as disjoint runs, and how much of any interval they cover."""
 
     def __init__(self, b: np.ndarray, e: np.ndarray):
-        self.starts, self.ends = _runs(b, e)
+        self.starts, self.ends = union_runs(b, e)
         self.before = np.r_[0, np.cumsum(self.ends - self.starts)]  # busy time before run k
 
     def _upto(self, x: np.ndarray) -> np.ndarray:
         k = np.searchsorted(self.starts, x, side="right") - 1
-        inside = np.where(k >= 0, np.minimum(x - self.starts[np.maximum(k, 0)],
-                                             self.ends[np.maximum(k, 0)] - self.starts[np.maximum(k, 0)]), 0)
-        return np.where(k >= 0, self.before[np.maximum(k, 0)] + inside, 0)
+        run = np.maximum(k, 0)
+        inside = np.minimum(x - self.starts[run], self.ends[run] - self.starts[run])
+        return np.where(k >= 0, self.before[run] + inside, 0)
 
     def covered(self, b: np.ndarray, e: np.ndarray) -> np.ndarray:
         if len(self.starts) == 0:
@@ -56,10 +62,11 @@ class _Busy:
         return self._upto(e) - self._upto(b)
 
 
-def _occupied(t: Trace, dev: pd.DataFrame) -> dict[str, _Busy]:
-    """Per queue, the time it was occupied (see the module's words)."""
+def _occupied(t: Trace, dev: pd.DataFrame) -> tuple[dict[str, _Busy], np.ndarray]:
+    """Per queue, the time it was occupied (see the module's words); and the queue of each row of
+    `dev` (a copy from another device: its source's)."""
     if not len(dev):
-        return {}
+        return {}, np.array([], dtype=str)
     c = t.calls.set_index("call_id")
     enq = c.reindex(dev["call_id"].to_numpy(np.uint64))
     b = t.backends
@@ -77,7 +84,7 @@ def _occupied(t: Trace, dev: pd.DataFrame) -> dict[str, _Busy]:
         prev_end = np.r_[np.iinfo(np.int64).min, end[sel][:-1]]
         occ = np.minimum(np.maximum(start[sel], prev_end), begin[sel])
         out[str(q)] = _Busy(occ, end[sel])
-    return out
+    return out, queue
 
 
 def critical_path(t: Trace, st: pd.DataFrame | None = None) -> dict:
@@ -89,11 +96,10 @@ def critical_path(t: Trace, st: pd.DataFrame | None = None) -> dict:
     dev = dev[dev["backend"].notna()]
     if not len(c):
         return {"wall_ns": 0, "host_ns": 0, "copies_ns": 0, "waiting_ns": 0, "devices": {}}
-    t0 = int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min())
-    t_end = max(int(c["t_end"].max()), int(dev["t_end"].max()) if len(dev) else 0)
+    t0, t_end = run_window(t, dev)
     driver = int(graphs["thread"].mode().iloc[0]) if len(graphs) else int(c["thread"].mode().iloc[0])
     host_end = int(c.loc[c["thread"] == driver, "t_end"].max())
-    busy = _occupied(t, dev)
+    busy, queue_of = _occupied(t, dev)
     devices = {name: 0 for name in busy}
 
     st = stalls(t) if st is None else st
@@ -128,7 +134,7 @@ def critical_path(t: Trace, st: pd.DataFrame | None = None) -> dict:
     # after the driving thread's last call: the device that finished last, while it was busy
     tail = max(t_end - max(host_end, t0), 0)
     if tail and len(dev):
-        last = str(dev.loc[dev["t_end"].idxmax(), "backend"])
+        last = str(queue_of[int(np.argmax(dev["t_end"].to_numpy(np.int64)))])
         on_last = int(busy[last].covered(np.array([t_end - tail]), np.array([t_end]))[0])
         devices[last] += on_last
         waiting += tail - on_last

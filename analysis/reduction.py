@@ -82,6 +82,11 @@ def smallest_size(shape: Shape) -> int:
     return MIN_ELEMENTS.get(shape.name, 1)  # an allreduce: one layer
 
 
+def size_unit(shape: Shape) -> str:
+    """What start_size and smallest_size count."""
+    return "layers" if shape.name == "allreduce-scratch" else "elements"
+
+
 def _backend_is_async(trace, name) -> bool:
     b = trace.backends[trace.backends["name"] == name]
     return bool(len(b)) and bool((b["has_async"] | b["has_events"]).any())

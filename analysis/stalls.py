@@ -251,7 +251,7 @@ class _Model:
 
     def _access(self, a: np.ndarray) -> np.ndarray:
         """'VDEV0 split 3 (graph 2) reads h' for each access in `a`, in whole-array string operations
-        (one a needed wait: there can be thousands)."""
+        (one per needed wait: there can be thousands)."""
         ci = self.a_call[a]
         kind = self.knames[self.kc[ci]].astype(str)
         what = np.where(kind == "graph_compute", np.char.add("split ", self.sp[ci].astype(str)), kind)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ..analysis.load import load
 from ..analysis.races import races
-from ..analysis.reduction import NotReducible, Shape, matching, shape_of, smallest_size, spec_text, start_size
+from ..analysis.reduction import (NotReducible, Shape, matching, shape_of, size_unit, smallest_size, spec_text,
+                                  start_size)
 from . import scenario
 from .repro_cpp import NoStandalone, cpp, one_line
 
@@ -43,7 +44,6 @@ class Confirmation:
     manifested: bool  # ... and the times prove it hit
     wrong: bool  # the reduced run's result differs from the CPU's
     graph: dict  # splits, nodes
-    trace: str
 
 
 @dataclass
@@ -114,8 +114,7 @@ def confirm(spec: str, shape: Shape, build: str, latency_us: list, work: Path, b
                      out_dir=work, backend=backend, spec=path)
     trace = load(r.traces[0])
     found = matching(races(trace).findings, trace, shape)
-    return Confirmation(bool(found), any(bool(f["manifested"]) for f in found), r.corrupt_runs > 0, r.graph,
-                        r.traces[0])
+    return Confirmation(bool(found), any(bool(f["manifested"]) for f in found), r.corrupt_runs > 0, r.graph)
 
 
 def reduce(trace_path, out_dir, race: int | None = None, build: str | None = None, backend: str = "vdev",
@@ -133,7 +132,7 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
     if not build:
         raise ReduceError("the trace does not say which build made it: give --build NAME")
     latency = _latency_for(trace, finding, shape)
-    unit = "layers" if shape.name == "allreduce-scratch" else "elements"
+    unit = size_unit(shape)
     header = (f"ggml-trace reduce {Path(trace_path).name} --race {n}\n"
               f"{shape.race_class}: {finding['missing']}")
     size, smallest = start_size(shape, trace, finding), smallest_size(shape)
@@ -175,7 +174,7 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
             result.standalone = str(out / CPP)
         except NoStandalone as e:
             result.standalone_why = str(e)
-        (out / ABOUT).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        (out / ABOUT).write_text(json.dumps(result.to_json(), indent=2) + "\n")  # replay reads it
         rep = replay(out, build, runs=expect_runs, backend=backend, work=work / "expected")
         result.expected = rep.to_json() | {"traces": []}
         (out / ABOUT).write_text(json.dumps(result.to_json(), indent=2) + "\n")
