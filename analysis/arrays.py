@@ -109,6 +109,32 @@ def lookup(keys, queries: np.ndarray) -> np.ndarray:
     return np.where(s[pos] == queries, order[pos], -1)
 
 
+def factorize_runs(values: np.ndarray) -> np.ndarray:
+    """pd.factorize's codes of `values`, computed once per run of equal values (accesses come in
+    long runs on one buffer)."""
+    if len(values) == 0:
+        return np.zeros(0, np.int64)
+    head = np.empty(len(values), bool)
+    head[0] = True
+    np.not_equal(values[1:], values[:-1], out=head[1:])
+    codes = pd.factorize(values[head])[0]
+    return codes[np.cumsum(head) - 1]
+
+
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable") for non-negative integer keys, as two 16-bit radix passes
+    when the keys fit in 32 bits (numpy sorts 16-bit integers by radix: linear time, where a
+    64-bit key takes a merge sort)."""
+    if len(keys) == 0 or int(keys.max()) >= 1 << 32 or int(keys.min()) < 0:
+        return np.argsort(keys, kind="stable")
+    k = keys.astype(np.uint32, copy=False)
+    if int(keys.max()) < 1 << 16:
+        return np.argsort(k.astype(np.uint16), kind="stable")
+    low = np.argsort((k & 0xFFFF).astype(np.uint16), kind="stable")
+    high = (k[low] >> 16).astype(np.uint16)
+    return low[np.argsort(high, kind="stable")]
+
+
 def pick_lifetime(l_key, l_t, q_key, q_t) -> np.ndarray:
     """For each query: the lifetime with l_key == q_key whose start l_t is the latest <= q_t
     (the earliest of them if all start later). -1 if no lifetime has that key."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .arrays import factorize_runs, lookup, stable_order
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
 
@@ -91,7 +92,7 @@ class _Model:
         on_queue = np.isin(self.bc, self.queues)
         index = pd.Index(self.ids)
         a = t.accesses
-        a_call = index.get_indexer(a["call_id"].to_numpy(np.uint64))
+        a_call = lookup(index, a["call_id"].to_numpy(np.uint64))
         keep = a_call >= 0
         self.a_call = a_call[keep]
         # queued work, and the queue that runs it: a copy from another queue runs on the source's,
@@ -117,7 +118,7 @@ class _Model:
         self.point = self.t_begin.copy()
         self.event_source = np.full(len(c), -1, np.int64)  # event_wait: where its event was recorded
         self._events(t.sync, index)
-        self.a_buf = pd.factorize(a["buffer"].to_numpy(np.uint64)[keep])[0]  # buffers as codes: the join's key
+        self.a_buf = factorize_runs(a["buffer"].to_numpy(np.uint64)[keep])  # buffers as codes: the join's key
         self.a_off = a["offset"].to_numpy(np.uint64)[keep]
         self.a_end = a["end"].to_numpy(np.uint64)[keep]
         modes = pd.Index(a["mode"].cat.categories)
@@ -170,10 +171,8 @@ class _Model:
         pending = ~(self.dev_end[work] <= self.t_begin[w][seg])  # NaN (no device time): pending
         other = np.where(self.runs_on[work] != q, self.runs_on[work],
                          np.where(self.event_source[work] != q, self.event_source[work], -1))
-        wk = pd.DataFrame({"seg": seg, "call": work, "t": self.t_begin[work], "pending": pending, "other": other})
-        g = wk.groupby("seg")
-        last = wk.loc[g["t"].idxmax()].set_index("seg")["call"]
-        n_pending = g["pending"].sum()
+        wk = pd.DataFrame({"seg": seg, "call": work})
+        last, n_pending = _last_and_pending(seg, work, self.t_begin[work], pending, len(w))
         via = self._via(seg, other)
         # accesses after each wait and before the next wait on q that drains at least as far (without
         # this wait, that one would order the same work: the wait is judged on its own), by anything
@@ -200,8 +199,8 @@ class _Model:
             conflict[sg] = (f"the program reads on the host what {self.backend_name(self.runs_on[i])} "
                             f"{self.kind_name(i)}{graph} wrote there")
         out = pd.DataFrame({"i": w, "seg": np.arange(len(w))})
-        out["last"] = out["seg"].map(last)
-        out["pending"] = out["seg"].map(n_pending).fillna(0).astype(np.int64)
+        out["last"] = _masked(np.maximum(last, 0), last >= 0, "Int64")
+        out["pending"] = n_pending
         out["via"] = out["seg"].map(via)
         out["needed"] = needed
         out["conflict"] = conflict
@@ -236,14 +235,25 @@ class _Model:
         l = np.flatnonzero(l_seg >= 0)
         if len(d) == 0 or len(l) == 0:
             return needed, conflict
-        dd, ll = _join(d_seg[d], self.a_buf[d], l_seg[l], self.a_buf[l])
-        dd, ll = d[dd], l[ll]
+        # a pair conflicts only if one of the two writes: a drained write against every later access,
+        # a drained read against the later writes (most accesses are reads of weights)
+        n_buf = int(self.a_buf.max()) + 1
+        key_d = d_seg[d] * n_buf + self.a_buf[d]
+        key_l = l_seg[l] * n_buf + self.a_buf[l]
+        by_key = stable_order(key_l)
+        writes = by_key[self.a_write[l[by_key]]]  # the later writes, still in key order
+        dw = self.a_write[d]
+        pairs = [_join(np.flatnonzero(dw), key_d[dw], key_l, by_key),
+                 _join(np.flatnonzero(~dw), key_d[~dw], key_l, writes)]
+        dd = d[np.concatenate([p[0] for p in pairs])]
+        ll = l[np.concatenate([p[1] for p in pairs])]
         cd, cl = self.a_call[dd], self.a_call[ll]
         same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
-        hit = ((self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd])
-               & (self.a_write[dd] | self.a_write[ll]) & ~same_queue)
+        hit = (self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd]) & ~same_queue
         dd, ll = dd[hit], ll[hit]
-        sg, first = np.unique(d_seg[dd], return_index=True)  # the first conflicting pair of each segment
+        first_pairs = np.lexsort((ll, dd))  # each segment's first pair: its first access, then the other's
+        dd, ll = dd[first_pairs], ll[first_pairs]
+        sg, first = np.unique(d_seg[dd], return_index=True)
         needed[sg] = True
         if len(sg):
             conflict[sg] = np.char.add(np.char.add(self._access(dd[first]), " before "), self._access(ll[first])).tolist()
@@ -299,18 +309,33 @@ class _Model:
         }) if n else pd.DataFrame()
 
 
-def _join(seg_a, buf_a, seg_b, buf_b):
-    """Inner join on (segment, buffer): the row pairs (i of a, j of b), in a's order, then b's (as
-    a pandas merge orders them)."""
-    n_buf = int(max(buf_a.max(initial=0), buf_b.max(initial=0))) + 1  # buffers come as codes
-    key_a = seg_a.astype(np.int64) * n_buf + buf_a
-    key_b = seg_b.astype(np.int64) * n_buf + buf_b
-    order = np.argsort(key_b, kind="stable")
-    lo = np.searchsorted(key_b[order], key_a, side="left")
-    cnt = np.searchsorted(key_b[order], key_a, side="right") - lo
-    i = np.repeat(np.arange(len(key_a)), cnt)
+def _last_and_pending(seg: np.ndarray, calls: np.ndarray, t: np.ndarray, pending: np.ndarray, n: int):
+    """Per segment (n of them): the call of its work that began last (the first of equal starts;
+    -1: no work), and how many of its calls were pending. The work is in time order, so segments
+    come in runs and a run's latest start is at its end."""
+    last = np.full(n, -1, np.int64)
+    n_pending = np.bincount(seg, weights=pending, minlength=n).astype(np.int64)
+    if len(seg):
+        i = np.arange(len(seg))
+        head = np.ones(len(seg), bool)
+        head[1:] = (seg[1:] != seg[:-1]) | (t[1:] != t[:-1])
+        first_equal = np.maximum.accumulate(np.where(head, i, 0))
+        ends = np.append(np.flatnonzero(seg[1:] != seg[:-1]), len(seg) - 1)
+        last[seg[ends]] = calls[first_equal[ends]]
+    return last, n_pending
+
+
+def _join(rows_a: np.ndarray, key_a: np.ndarray, key_b: np.ndarray, order_b: np.ndarray):
+    """Inner join on a key: the pairs (a row of `rows_a`, a position in key_b) whose keys are equal,
+    where order_b lists positions of key_b in key order (all of them, or some)."""
+    sorted_b = key_b[order_b]
+    n_keys = int(max(key_a.max(initial=-1), sorted_b.max(initial=-1))) + 1  # keys are dense codes
+    count = np.bincount(sorted_b, minlength=n_keys)
+    lo = (np.cumsum(count) - count)[key_a]
+    cnt = count[key_a]
+    i = np.repeat(rows_a, cnt)
     within = np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    return i, order[np.repeat(lo, cnt) + within]
+    return i, order_b[np.repeat(lo, cnt) + within]
 
 
 def _masked(values, keep: np.ndarray, dtype: str):
