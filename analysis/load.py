@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import numpy as np
 import pandas as pd
@@ -23,14 +24,26 @@ from .trace_file import display_path, read_trace_file
 from .trace_format import FILE_SNAPSHOT
 from .window_index import TAIL_NS, WINDOW_RECORDS, Window, index_trace, plan_windows, read_ahead, read_window
 
-__all__ = ["Trace", "load", "load_raw", "load_graphs", "iter_windows", "GraphRangeError", "best_device_intervals",
+__all__ = ["Trace", "FRAME_NEEDS", "load", "load_raw", "load_graphs", "iter_windows", "GraphRangeError", "best_device_intervals",
            "recorded_env", "backend_labels"]
 
 
 # -- the Trace --------------------------------------------------------------------------------
 
+# The frames of a Trace and the frames each is built after (the Loader keeps, from building
+# those, the state it needs: backend codes, buffer lifetimes, call rows, access sides).
+FRAME_NEEDS: dict[str, tuple[str, ...]] = {
+    "threads": (), "backends": (), "buffers": ("backends",), "calls": ("backends",),
+    "accesses": ("buffers", "calls"), "allocations": ("buffers", "calls"), "copies": ("accesses",),
+    "splits": ("copies",), "sync": ("calls",), "marks": ("calls",), "gpu": ("calls",), "device": ("gpu",),
+    "gpu_samples": (), "delays": ("device",),
+}
+
+
 class Trace:
-    """A loaded trace: one DataFrame per kind of thing (see docs/dataframes.md)."""
+    """A loaded trace: one DataFrame per kind of thing (see docs/dataframes.md). A trace that
+    load() read builds each frame when it is first touched: an analysis pays only for the frames
+    it reads."""
 
     threads: pd.DataFrame
     backends: pd.DataFrame
@@ -48,7 +61,8 @@ class Trace:
     delays: pd.DataFrame
 
     def __init__(self, path: str, header: dict, meta: dict, strings: dict[int, str],
-                 warnings: list[str], nvml: dict | None = None, **frames: pd.DataFrame):
+                 warnings: list[str], nvml: dict | None = None, loader: Loader | None = None,
+                 **frames: pd.DataFrame):
         self.path = path
         self.display_path = display_path(path)  # printable (a name that is not UTF-8 escaped)
         self.damage: list[str] = []        # the warnings that say records were lost
@@ -60,8 +74,31 @@ class Trace:
         self.strings = strings
         self.warnings = warnings
         self.nvml = nvml
+        self._loader = loader              # builds the frames not given here, when first touched
+        self._lock = threading.RLock()
         for name, df in frames.items():
             setattr(self, name, df)
+
+    def __getattr__(self, name: str):
+        # Called only for an attribute not set yet: a frame still to build.
+        loader = self.__dict__.get("_loader")
+        if name not in FRAME_NEEDS or loader is None:
+            raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+        with self._lock:
+            if name not in self.__dict__:
+                for need in FRAME_NEEDS[name]:
+                    getattr(self, need)
+                setattr(self, name, _build_frame(loader, self, name))
+                if all(f in self.__dict__ for f in FRAME_NEEDS):
+                    self._loader = None  # every frame built: the records can go
+        return self.__dict__[name]
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(FRAME_NEEDS))
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """Every frame, by name (building those not built yet)."""
+        return {name: getattr(self, name) for name in FRAME_NEEDS}
 
     def banner(self) -> str:
         """One line for the top of a timeline or report: what is wrong with this trace, or ""."""
@@ -126,33 +163,37 @@ def load(path: str | os.PathLike, strict: bool = True) -> Trace:
 
 
 def load_raw(raw: RawTrace) -> Trace:
-    """The DataFrames of records already read (read_trace_file, or a window of a larger trace:
-    analysis/window_index.py)."""
+    """The Trace of records already read (read_trace_file, or a window of a larger trace:
+    analysis/window_index.py); its frames are built when first touched."""
     ld = Loader(raw)
-    threads = ld.threads()
-    backends = ld.backends()
-    buffers = ld.buffers()
-    calls = ld.calls()
-    accesses = ld.accesses()
-    allocations = ld.allocations()
-    copies = ld.copies(calls)
     meta, warnings = ld.meta(), list(raw.warnings)
-    gpu = ld.gpu_activity(meta)
-    device = ld.device(calls)
-    if len(gpu):
-        device = pd.concat([device, ld.cupti_device(gpu)], ignore_index=True)
     not_attached = _not_attached(raw, meta)
     if not_attached:
         warnings.append(f"{display_path(raw.path)}: the capture never attached: {not_attached}")
-    t = Trace(raw.path, raw.header, meta, raw.strings, warnings, _nvml(meta, warnings),
-              threads=threads, backends=backends, buffers=buffers, calls=calls,
-              splits=ld.splits(calls, copies), copies=copies, sync=ld.sync(calls),
-              accesses=accesses, allocations=allocations, marks=ld.marks(calls),
-              device=device, gpu=gpu, gpu_samples=ld.gpu_samples(),
-              delays=ld.delays(calls, device))
+    t = Trace(raw.path, raw.header, meta, raw.strings, warnings, _nvml(meta, warnings), loader=ld)
     t.damage, t.closed, t.not_attached = list(raw.damage), raw.closed, not_attached
     t.ring = raw.ring
     return t
+
+
+def _build_frame(ld: Loader, t: Trace, name: str) -> pd.DataFrame:
+    """One frame of `t` from its loader (the frames it needs are built)."""
+    if name == "copies":
+        return ld.copies(t.calls)
+    if name == "splits":
+        return ld.splits(t.calls, t.copies)
+    if name in ("sync", "marks"):
+        return getattr(ld, name)(t.calls)
+    if name == "gpu":
+        return ld.gpu_activity(t.meta)
+    if name == "device":
+        device = ld.device(t.calls)
+        return pd.concat([device, ld.cupti_device(t.gpu)], ignore_index=True) if len(t.gpu) else device
+    if name == "delays":
+        return ld.delays(t.calls, t.device)
+    if name == "gpu_samples":
+        return ld.gpu_samples()
+    return getattr(ld, name)()  # threads, backends, buffers, calls, accesses, allocations
 
 
 # -- a trace larger than memory, loaded a range of graphs at a time (window_index.py reads it) --

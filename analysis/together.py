@@ -102,7 +102,7 @@ def _rename(col: pd.Series, shared: set, label: str) -> pd.Series:
 
 def _backend_names(t: Trace) -> set:
     names = set()
-    for frame in vars(t).values():
+    for frame in t.frames().values():
         if isinstance(frame, pd.DataFrame):
             for c in BACKEND_COLUMNS:
                 if c in frame.columns:
@@ -116,9 +116,7 @@ def _one_process(t: Trace, p: int, proc: Process, shared_backends: set, shared_t
     """Every frame of `t` with its process column, shifted times, tagged ids and qualified names."""
     tag = np.uint64(p) << np.uint64(PROCESS_SHIFT)
     out = {}
-    for name, frame in vars(t).items():
-        if not isinstance(frame, pd.DataFrame) or name.startswith("_"):
-            continue
+    for name, frame in t.frames().items():
         df = frame.copy()
         for c in TIME_COLUMNS:
             if c in df.columns and proc.offset_ns:
