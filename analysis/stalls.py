@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import factorize_runs, lookup, stable_order
+from .arrays import factorize_runs, last_before, lookup, stable_order
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
 
@@ -72,6 +72,7 @@ class _Model:
     def __init__(self, t: Trace):
         c = t.calls
         self.ids = c["call_id"].to_numpy(np.uint64)
+        self.obj = c["obj"].to_numpy(np.uint64)
         self.kcats = pd.Index(c["kind"].cat.categories)
         self.kc = c["kind"].cat.codes.to_numpy(np.int64)
         self.bcats = pd.Index(c["backend"].cat.categories)
@@ -117,8 +118,8 @@ class _Model:
         self.drains = self.bc.copy()
         self.point = self.t_begin.copy()
         self.event_source = np.full(len(c), -1, np.int64)  # event_wait: where its event was recorded
-        self._events(t.sync, index)
-        self.a_buf = factorize_runs(a["buffer"].to_numpy(np.uint64)[keep])  # buffers as codes: the join's key
+        self._events()
+        self.a_buf = _buffer_codes(t.buffers["buffer"].to_numpy(np.uint64), a["buffer"].to_numpy(np.uint64)[keep])
         self.a_off = a["offset"].to_numpy(np.uint64)[keep]
         self.a_end = a["end"].to_numpy(np.uint64)[keep]
         modes = pd.Index(a["mode"].cat.categories)
@@ -135,26 +136,28 @@ class _Model:
     def backend_name(self, codes):
         return self.bnames[codes]
 
-    def _events(self, ev: pd.DataFrame, index: pd.Index):
+    def _events(self):
         """An event_synchronize drains the queue of the event's latest record, up to that record;
         an event_wait makes its queue wait for that record's queue."""
         # an event never recorded: its synchronize returns at once and drains nothing
         self.point[self.kind_in(["event_synchronize"])] = np.iinfo(np.int64).min
-        rec = ev[ev["kind"] == "event_record"].dropna(subset=["event"])
-        use = ev[ev["kind"].isin(["event_synchronize", "event_wait"])].dropna(subset=["event"])
+        rec = np.flatnonzero(self.kind_in(["event_record"]))
+        use = np.flatnonzero(self.kind_in(["event_synchronize", "event_wait"]))
         if len(rec) == 0 or len(use) == 0:
             return
-        rec = pd.DataFrame({"event": rec["event"].to_numpy(np.uint64), "rec_t": rec["t_begin"].to_numpy(np.int64),
-                            "rec_b": self.bcats.get_indexer(rec["backend"].astype(object))})
-        got = pd.merge_asof(use[["call_id", "kind", "event", "t_begin"]].astype({"event": "uint64"}),
-                            rec.sort_values("rec_t"), left_on="t_begin", right_on="rec_t", by="event",
-                            direction="backward").dropna(subset=["rec_t"])
-        pos = index.get_indexer(got["call_id"].to_numpy(np.uint64))
-        src = got["rec_b"].to_numpy(np.int64)
-        sync = (got["kind"] == "event_synchronize").to_numpy()
-        self.drains[pos[sync]] = src[sync]
-        self.point[pos[sync]] = got["rec_t"].to_numpy(np.int64)[sync]
-        self.event_source[pos[~sync]] = src[~sync]
+        handles, r_event = np.unique(self.obj[rec], return_inverse=True)  # an event's handle is obj
+        u_event = np.minimum(np.searchsorted(handles, self.obj[use]), len(handles) - 1)
+        known = handles[u_event] == self.obj[use]
+        use, u_event = use[known], u_event[known]
+        t0 = min(int(self.t_begin[rec].min()), int(self.t_begin[use].min(initial=0)))
+        # the latest record of the same event that began at or before the use began
+        j = last_before(r_event, self.t_begin[rec] - t0, u_event, self.t_begin[use] - t0 + 1)
+        use, rec = use[j >= 0], rec[j[j >= 0]]
+        src = self.bc[rec]
+        sync = self.kind_in(["event_synchronize"])[use]
+        self.drains[use[sync]] = src[sync]
+        self.point[use[sync]] = self.t_begin[rec[sync]]
+        self.event_source[use[~sync]] = src[~sync]
 
     def waits_on(self, q: int) -> pd.DataFrame:
         w = np.flatnonzero(self.is_wait & (self.drains == q))
@@ -238,25 +241,43 @@ class _Model:
         # a pair conflicts only if one of the two writes: a drained write against every later access,
         # a drained read against the later writes (most accesses are reads of weights)
         n_buf = int(self.a_buf.max()) + 1
-        key_d = d_seg[d] * n_buf + self.a_buf[d]
+        key_d = d_seg[d] * n_buf + self.a_buf[d]  # (segment, buffer): dense codes
         key_l = l_seg[l] * n_buf + self.a_buf[l]
+        dw, lw = self.a_write[d], self.a_write[l]
+        # a later access can conflict only with a drained one of its key, one of the two writing:
+        # most later accesses are reads of weights, which no drained work wrote
+        drained_write = np.zeros(n * n_buf, bool)
+        drained_write[key_d[dw]] = True
+        drained = drained_write.copy()
+        drained[key_d[~dw]] = True
+        keep = np.flatnonzero(np.where(lw, drained[key_l], drained_write[key_l]))
+        l, key_l, lw = l[keep], key_l[keep], lw[keep]
         by_key = stable_order(key_l)
-        writes = by_key[self.a_write[l[by_key]]]  # the later writes, still in key order
-        dw = self.a_write[d]
-        pairs = [_join(np.flatnonzero(dw), key_d[dw], key_l, by_key),
-                 _join(np.flatnonzero(~dw), key_d[~dw], key_l, writes)]
-        dd = d[np.concatenate([p[0] for p in pairs])]
-        ll = l[np.concatenate([p[1] for p in pairs])]
-        cd, cl = self.a_call[dd], self.a_call[ll]
-        same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
-        hit = (self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd]) & ~same_queue
-        dd, ll = dd[hit], ll[hit]
-        first_pairs = np.lexsort((ll, dd))  # each segment's first pair: its first access, then the other's
-        dd, ll = dd[first_pairs], ll[first_pairs]
-        sg, first = np.unique(d_seg[dd], return_index=True)
+        writes = by_key[lw[by_key]]  # the later writes, still in key order
+        hits = []
+        for rows, order in ((np.flatnonzero(dw), by_key), (np.flatnonzero(~dw), writes)):
+            i, j = _join(rows, key_d[rows], key_l, order)
+            dd, ll = d[i], l[j]
+            cd, cl = self.a_call[dd], self.a_call[ll]
+            same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
+            hit = (self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd]) & ~same_queue
+            hits.append((dd[hit], ll[hit]))
+        # each segment's first pair (its first drained access, then the first later one): the pairs
+        # of each join come in that order, so each join's first of a segment competes with the other's
+        best = np.full((n, 2), np.iinfo(np.int64).max)
+        for dd, ll in hits:
+            sg = d_seg[dd]
+            first = np.full(n, -1, np.int64)
+            first[sg[::-1]] = np.arange(len(sg))[::-1]  # repeated indices: the last assigned (the first) stays
+            s = np.flatnonzero(first >= 0)
+            cand = np.stack([dd[first[s]], ll[first[s]]], axis=1)
+            better = (cand[:, 0] < best[s, 0]) | ((cand[:, 0] == best[s, 0]) & (cand[:, 1] < best[s, 1]))
+            best[s[better]] = cand[better]
+        sg = np.flatnonzero(best[:, 0] != np.iinfo(np.int64).max)
         needed[sg] = True
         if len(sg):
-            conflict[sg] = np.char.add(np.char.add(self._access(dd[first]), " before "), self._access(ll[first])).tolist()
+            conflict[sg] = np.char.add(np.char.add(self._access(best[sg, 0]), " before "),
+                                       self._access(best[sg, 1])).tolist()
         return needed, conflict
 
     def _access(self, a: np.ndarray) -> np.ndarray:
@@ -307,6 +328,19 @@ class _Model:
             "waited_end": pd.array([pd.NA] * n, dtype="Int64"), "via": [None] * n, "pending": np.zeros(n, np.int64),
             "needed": pd.array([pd.NA] * n, dtype="boolean"), "avoidable": np.zeros(n, bool), "conflict": [None] * n,
         }) if n else pd.DataFrame()
+
+
+def _buffer_codes(known: np.ndarray, buffers: np.ndarray) -> np.ndarray:
+    """A code per access's buffer (the join's key): its place among the buffers the trace
+    registered, a binary search among few; the others (a pointer never registered) after them."""
+    known = np.unique(known)
+    if len(known) == 0:
+        return factorize_runs(buffers)
+    code = np.minimum(np.searchsorted(known, buffers), len(known) - 1)
+    miss = known[code] != buffers
+    if miss.any():
+        code[miss] = len(known) + factorize_runs(buffers[miss])
+    return code
 
 
 def _last_and_pending(seg: np.ndarray, calls: np.ndarray, t: np.ndarray, pending: np.ndarray, n: int):
