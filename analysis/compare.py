@@ -81,7 +81,7 @@ def run_totals(t: Trace, with_structure: bool = True) -> dict:
     g_end = g_end.reindex(span.index)
     in_flight = _union_ns(span.to_numpy(np.int64), g_end.fillna(span).to_numpy(np.int64)) if len(span) else 0
     s = stalls(t)
-    st = stall_totals(s)
+    st = stall_totals(s, breakdown=False)
     path = critical_path(t, s)
     cp = t.copies
     structure = split_structure(t) if with_structure else None

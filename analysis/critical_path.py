@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import union_runs
+from .arrays import lookup, union_runs
 from .load import Trace, best_device_intervals
 from .stalls import SYNC_COPY_KINDS, stalls
 
@@ -67,16 +67,18 @@ def _occupied(t: Trace, dev: pd.DataFrame) -> tuple[dict[str, _Busy], np.ndarray
     `dev` (a copy from another device: its source's)."""
     if not len(dev):
         return {}, np.array([], dtype=str)
-    c = t.calls.set_index("call_id")
-    enq = c.reindex(dev["call_id"].to_numpy(np.uint64))
+    c = t.calls
+    row = lookup(c["call_id"].to_numpy(np.uint64), dev["call_id"].to_numpy(np.uint64))  # the enqueuing call
+    found, at = row >= 0, np.maximum(row, 0)
     b = t.backends
     is_async = set(b.loc[b["has_async"] | b["has_events"], "name"].astype(str))
     dest = dev["backend"].astype(str).to_numpy(object)
-    src = enq["backend2"].astype(object).to_numpy()
-    peer = (enq["kind"].astype(object).to_numpy() == "cpy_tensor_async") & np.isin(src.astype(str), list(is_async))
+    src = np.where(found, c["backend2"].astype(object).to_numpy()[at], None)
+    kind = np.where(found, c["kind"].astype(object).to_numpy()[at], None)
+    peer = (kind == "cpy_tensor_async") & np.isin(src.astype(str), list(is_async))
     queue = np.where(peer, src, dest).astype(str)
     begin, end = dev["t_begin"].to_numpy(np.int64), dev["t_end"].to_numpy(np.int64)
-    start = np.minimum(np.nan_to_num(enq["t_begin"].to_numpy(np.float64), nan=0).astype(np.int64), begin)
+    start = np.minimum(np.where(found, c["t_begin"].to_numpy(np.int64)[at], 0), begin)
     out = {}
     for q in np.unique(queue):
         sel = np.flatnonzero(queue == q)

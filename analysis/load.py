@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pandas as pd
 
-from .arrays import kind_ids
+from .arrays import kind_ids, lookup
 from .frames import SOURCE_PRIORITY, Loader, backend_labels
 from .kinds import SCHED_KINDS
 from .meta import recorded_env
@@ -89,12 +89,23 @@ class Trace:
                 for need in FRAME_NEEDS[name]:
                     getattr(self, need)
                 setattr(self, name, _build_frame(loader, self, name))
+                if name == "accesses":
+                    self._access_calls = loader.a_call  # kept for access_calls()
                 if all(f in self.__dict__ for f in FRAME_NEEDS):
                     self._loader = None  # every frame built: the records can go
         return self.__dict__[name]
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(FRAME_NEEDS))
+
+    def access_calls(self) -> np.ndarray:
+        """The row in `calls` of each row of `accesses` (-1: no such call): the join every analysis
+        of accesses needs, which the load has made already."""
+        rows = self.__dict__.get("_access_calls")
+        if rows is None or len(rows) != len(self.accesses):
+            rows = self._access_calls = lookup(self.calls["call_id"].to_numpy(np.uint64),
+                                               self.accesses["call_id"].to_numpy(np.uint64))
+        return rows
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """Every frame, by name (building those not built yet)."""

@@ -156,7 +156,9 @@ class _Analysis:
 
         # Accesses per call (a copy without any access was declined: nothing was queued).
         acc = t.accesses
-        self.a_ord_all = lookup(self.c_id, acc["call_id"].to_numpy(np.uint64))
+        ordinal = np.full(len(calls) + 1, -1, np.int64)  # of each call row; the extra slot: row -1
+        ordinal[keep] = np.arange(n)
+        self.a_ord_all = ordinal[t.access_calls()]
         has_acc = np.zeros(n + 1, bool)
         has_acc[self.a_ord_all] = True  # -1 lands on the extra slot
         has_acc = has_acc[:n]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import factorize_runs, last_before, lookup, stable_order
+from .arrays import factorize_runs, last_before, stable_order
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
 
@@ -50,13 +50,17 @@ def _boundaries(t: Trace, s: pd.DataFrame) -> np.ndarray:
     """Where each stall stands in the schedule: "graph G split S" inside a scheduler graph, else
     "after graph G" (the latest graph begun before it; the program's own waits between graphs)."""
     c = t.calls
-    starts = c[c["kind"] == "sched_graph_compute"][["t_begin", "graph"]].dropna()
-    prev = (pd.merge_asof(s[["t_begin"]], starts.astype({"graph": "int64"}).sort_values("t_begin"),
-                          on="t_begin", direction="backward")["graph"] if len(starts) else
-            pd.Series(np.nan, index=s.index))
-    inside = "graph " + s["graph"].astype("string") + " split " + s["split"].astype("string").fillna("?")
-    between = ("after graph " + prev.astype("Int64").astype("string")).fillna("before the first graph")
-    return inside.fillna(between).to_numpy(object)
+    first = (c["kind"] == "sched_graph_compute").to_numpy() & c["graph"].notna().to_numpy()
+    start_t = c["t_begin"].to_numpy(np.int64)[first]
+    order = np.argsort(start_t, kind="stable")
+    start_t, start_g = start_t[order], c["graph"].to_numpy(np.int64, na_value=-1)[first][order]
+    prev = np.searchsorted(start_t, s["t_begin"].to_numpy(np.int64), side="right") - 1
+    graph, split = s["graph"].to_numpy(np.int64, na_value=-1), s["split"].to_numpy(np.int64, na_value=-1)
+    split_s = np.where(split >= 0, split.astype(str), "?")
+    inside = np.char.add(np.char.add(np.char.add("graph ", graph.astype(str)), " split "), split_s)
+    between = np.where(prev >= 0, np.char.add("after graph ", start_g[np.maximum(prev, 0)].astype(str)) if len(start_g)
+                       else "", "before the first graph")
+    return np.where(s["graph"].notna().to_numpy(), inside, between).astype(object)
 
 
 def _codes_of(cats: pd.Index, names) -> np.ndarray:
@@ -93,12 +97,11 @@ class _Model:
         on_queue = np.isin(self.bc, self.queues)
         index = pd.Index(self.ids)
         a = t.accesses
-        a_call = lookup(index, a["call_id"].to_numpy(np.uint64))
+        a_call = t.access_calls()
         keep = a_call >= 0
-        self.a_call = a_call[keep]
         # queued work, and the queue that runs it: a copy from another queue runs on the source's,
         # and the destination waits for it (a declined copy queued nothing: it has no accesses)
-        has_acc = np.bincount(self.a_call, minlength=len(c)) > 0
+        has_acc = np.bincount(a_call[keep], minlength=len(c)) > 0
         may_decline = self.kind_in(["cpy_tensor_async", "comm_allreduce"])
         self.queued = self.kind_in(QUEUED_KINDS) & on_queue & (has_acc | ~may_decline)
         b2 = self.bcats.get_indexer(c["backend2"].cat.categories)  # backend2's codes in backend's
@@ -119,13 +122,19 @@ class _Model:
         self.point = self.t_begin.copy()
         self.event_source = np.full(len(c), -1, np.int64)  # event_wait: where its event was recorded
         self._events()
-        self.a_buf = _buffer_codes(t.buffers["buffer"].to_numpy(np.uint64), a["buffer"].to_numpy(np.uint64)[keep])
-        self.a_off = a["offset"].to_numpy(np.uint64)[keep]
-        self.a_end = a["end"].to_numpy(np.uint64)[keep]
+        # the accesses the judgement joins: only those of buffers that something writes (two reads
+        # never conflict; the weights are read only), as (buffer code, bytes, mode, tensor)
+        a_buf = _buffer_codes(t.buffers["buffer"].to_numpy(np.uint64), a["buffer"].to_numpy(np.uint64)[keep])
         modes = pd.Index(a["mode"].cat.categories)
-        self.a_write = (a["mode"].cat.codes.to_numpy() == modes.get_indexer(["write"])[0])[keep]
+        a_write = (a["mode"].cat.codes.to_numpy() == modes.get_indexer(["write"])[0])[keep]
+        written = np.bincount(a_buf[a_write], minlength=int(a_buf.max(initial=0)) + 1) > 0
+        of_written = written[a_buf]
+        join = np.flatnonzero(keep)[of_written]
+        self.a_call, self.a_buf, self.a_write = a_call[join], a_buf[of_written], a_write[of_written]
+        self.a_off = a["offset"].to_numpy(np.uint64)[join]
+        self.a_end = a["end"].to_numpy(np.uint64)[join]
         self.a_tcats = np.asarray(a["tensor"].cat.categories, dtype=object)
-        self.a_tc = a["tensor"].cat.codes.to_numpy(np.int64)[keep]
+        self.a_tc = a["tensor"].cat.codes.to_numpy(np.int64)[join]
 
     def kind_in(self, names) -> np.ndarray:
         return np.isin(self.kc, _codes_of(self.kcats, names))
@@ -379,22 +388,27 @@ def _masked(values, keep: np.ndarray, dtype: str):
     return out
 
 
-def totals(s: pd.DataFrame) -> dict:
+def totals(s: pd.DataFrame, breakdown: bool = True) -> dict:
     """Host-blocked time in all, in waits, in synchronous copies, avoidable; per graph and per
-    boundary (a split of a graph, or the program's own waits after a graph; ns; DataFrames)."""
-    s = s.assign(avoidable_ns=np.where(s["avoidable"], s["blocked_ns"], 0))
-    per = lambda keys: (s.groupby(keys, dropna=False)
-                        .agg(blocked_ns=("blocked_ns", "sum"), avoidable_blocked_ns=("avoidable_ns", "sum"),
-                             calls=("blocked_ns", "size")).reset_index())
-    waits = s["kind"].isin(WAIT_KINDS)
-    return {
-        "blocked_ns": int(s["blocked_ns"].sum()),
-        "wait_blocked_ns": int(s.loc[waits, "blocked_ns"].sum()),
-        "copy_blocked_ns": int(s.loc[~waits, "blocked_ns"].sum()),
-        "avoidable_blocked_ns": int(s["avoidable_ns"].sum()),
-        "calls": int(len(s)), "avoidable_calls": int(s["avoidable"].sum()),
-        "per_graph": per(["graph"]), "per_boundary": per(["boundary"]),
+    boundary (a split of a graph, or the program's own waits after a graph; ns; DataFrames), unless
+    `breakdown` is False."""
+    blocked = s["blocked_ns"].to_numpy(np.int64)
+    avoidable = s["avoidable"].to_numpy(bool)
+    waits = s["kind"].isin(WAIT_KINDS).to_numpy()
+    out = {
+        "blocked_ns": int(blocked.sum()),
+        "wait_blocked_ns": int(blocked[waits].sum()),
+        "copy_blocked_ns": int(blocked[~waits].sum()),
+        "avoidable_blocked_ns": int(blocked[avoidable].sum()),
+        "calls": int(len(s)), "avoidable_calls": int(avoidable.sum()),
     }
+    if breakdown:
+        s = s.assign(avoidable_ns=np.where(avoidable, blocked, 0))
+        per = lambda keys: (s.groupby(keys, dropna=False)
+                            .agg(blocked_ns=("blocked_ns", "sum"), avoidable_blocked_ns=("avoidable_ns", "sum"),
+                                 calls=("blocked_ns", "size")).reset_index())
+        out.update(per_graph=per(["graph"]), per_boundary=per(["boundary"]))
+    return out
 
 
 def words(r: dict) -> str:
