@@ -58,9 +58,15 @@ $(QWEN_MODEL): scripts/make_tiny_model.py | $(VENV)/.installed
 	mkdir -p $(dir $@)
 	$(VPY) scripts/make_tiny_model.py --arch qwen35 $@
 
-$(VENV)/.installed: pyproject.toml
+# The demo's Python: the package and gguf (which writes the tiny models); the test suite's
+# extras (.installed) come on top of it, so that `make demo` does not wait for them.
+$(VENV)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -e . 'gguf>=0.10'
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.core
 	$(VPY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -69,7 +75,7 @@ $(BUILD_DIR)/src/llama-b%/.fetched:
 	touch $@
 
 # ggml alone (base, CPU, RPC): what the hooks and the scenario programs are built against
-$(BUILD_DIR)/llama-b%/.ggml: $(BUILD_DIR)/src/llama-b%/.fetched scripts/build_llama.sh | $(VENV)/.installed
+$(BUILD_DIR)/llama-b%/.ggml: $(BUILD_DIR)/src/llama-b%/.fetched scripts/build_llama.sh | $(VENV)/.core
 	TARGETS=ggml scripts/build_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*
 	touch $@
 
@@ -117,12 +123,12 @@ $(BUILD_DIR)/.chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	mkdir -p $(BUILD_DIR) && touch $@
 
-$(MODEL): scripts/make_tiny_model.py | $(VENV)/.installed
+$(MODEL): scripts/make_tiny_model.py | $(VENV)/.core
 	mkdir -p $(dir $@)
 	$(VPY) scripts/make_tiny_model.py $@
 
 # the #23321 scenario on b10524 and b10531 (ggml and the hooks), and a CPU + RPC run of b10531
-demo: $(VENV)/.installed $(BUILD_DIR)/llama-b10524/bin/libggml-trace-hooks.so \
+demo: $(VENV)/.core $(BUILD_DIR)/llama-b10524/bin/libggml-trace-hooks.so \
       $(BUILD_DIR)/llama-b10531/bin/libggml-trace-hooks.so $(BUILD_DIR)/llama-b10531/.demo $(MODEL)
 	$(VPY) -m ggml_trace.tracer.demo
 
