@@ -63,6 +63,7 @@ class Loader:
         self.raw = raw
         self.clock = raw.clock()
         self.strings = raw.strings
+        self.a_call = None  # access_calls()
 
     def rel(self, ticks: np.ndarray) -> np.ndarray:
         """Record times (ticks) -> int64 ns since the header's t0_monotonic_ns."""
@@ -349,11 +350,16 @@ class Loader:
         return df, rows
 
     # ---------------------------------------------------------------------------------------
+    def access_calls(self) -> np.ndarray:
+        """The call row of each access (-1: none), looked up once for every frame that needs it."""
+        if self.a_call is None:
+            self.a_call = lookup(self.c_index, self.raw.accesses["call_id"])
+        return self.a_call
+
     def accesses(self) -> pd.DataFrame:
         a = self.raw.accesses
         call_id = a["call_id"]
-        rows = lookup(self.c_index, call_id)
-        self.a_call = rows
+        rows = self.access_calls()
         # Buffer records are written before the call ends, so match lifetimes at the call's
         # end (accesses without a call: the latest lifetime).
         t_end = take_filled(self.c_t_end, rows, I64_MAX)
@@ -362,15 +368,12 @@ class Loader:
             return self.resolve(a["buffer"].astype(np.uint64), a["offset"].astype(np.uint64), t_end)
 
         # Independent columns, side by side on the cores (each is whole-array numpy work).
-        (lt, buffer, offset), cc, self.a_tensor, node = side_by_side(
+        (lt, buffer, offset), cc, tensor, node = side_by_side(
             lifetimes,
             lambda: self.call_columns(rows, ["kind", "backend", "sched", "graph", "split", "t_begin"]),
             lambda: self.names(a["tensor"]),
             lambda: self.names(a["node"]))
-        self.a_lt, self.a_buffer, self.a_offset = lt, buffer, offset
-        self.a_kind = cc["kind"].codes
-        mode = a["mode"].copy()
-        self.a_mode = mode
+        mode = a["mode"]
         size = a["size"]
         op, index = a["op"].astype(np.int64), a["index"].astype(np.int64)
         mlut = np.full(256, -1, np.int8)
@@ -383,7 +386,7 @@ class Loader:
             "offset": offset,
             "size": size.copy(),
             "end": offset + size,
-            "tensor": self.a_tensor,
+            "tensor": tensor,
             "node": node,
             "op": nullable(op, op == NONE32),
             "index": nullable(index, index == NONE32),
@@ -428,20 +431,30 @@ class Loader:
         # pos: a call's row in df; its extra slot at the end is where call row -1 (no call) lands.
         pos = np.full(len(self.c_id) + 1, -1, np.int64)
         pos[rows] = np.arange(len(rows))
-        cand = np.flatnonzero(self.kind_table(COPY_KINDS)[self.a_kind])  # accesses of copy calls
+        a = self.raw.accesses
+        a_call = self.access_calls()
+        cand = np.flatnonzero(self.kind_table(COPY_KINDS)[take_filled(self.c_kind, a_call, -1)])  # of copy calls
         # One slot per copy and side (read: 2 * row, write: 2 * row + 1). With repeated indices
         # numpy keeps the last value assigned: assigning in reverse leaves each one's first access.
-        slot = pos[self.a_call[cand]] * 2 + (self.a_mode[cand] == ACC_WRITE)
+        slot = pos[a_call[cand]] * 2 + (a["mode"][cand] == ACC_WRITE)
         first = np.full(2 * len(rows), -1, np.int64)
         first[slot[::-1]] = cand[::-1]
-        sides = {"src": first[0::2], "dst": first[1::2]}
+        # Those accesses alone, resolved as the accesses frame resolves every access: a question
+        # about copies does not pay for the accesses frame.
+        have = np.flatnonzero(first >= 0)
+        acc = first[have]
+        t_end = take_filled(self.c_t_end, a_call[acc], I64_MAX)
+        lt, buffer, offset = self.resolve(a["buffer"][acc].astype(np.uint64), a["offset"][acc].astype(np.uint64), t_end)
+        tensor = self.names(a["tensor"][acc])
+        at = np.full(2 * len(rows), -1, np.int64)  # each slot's place in `acc`
+        at[have] = np.arange(len(have))
         cols = {}
-        for side, acc in sides.items():
-            miss = acc < 0
-            cols[f"{side}_buffer"] = nullable(take_filled(self.a_buffer, acc, 0), miss, "UInt64")
-            cols[f"{side}_offset"] = nullable(take_filled(self.a_offset, acc, 0), miss, "UInt64")
-            cols[f"{side}_tensor"] = with_codes(take_filled(self.a_tensor.codes, acc, -1), self.a_tensor.dtype)
-            cols[f"{side}_backend"] = with_codes(take_filled(self.lt_backend, take_filled(self.a_lt, acc, -1), -1),
+        for side, where in (("src", at[0::2]), ("dst", at[1::2])):
+            miss = where < 0
+            cols[f"{side}_buffer"] = nullable(take_filled(buffer, where, 0), miss, "UInt64")
+            cols[f"{side}_offset"] = nullable(take_filled(offset, where, 0), miss, "UInt64")
+            cols[f"{side}_tensor"] = with_codes(take_filled(tensor.codes, where, -1), tensor.dtype)
+            cols[f"{side}_backend"] = with_codes(take_filled(self.lt_backend, take_filled(lt, where, -1), -1),
                                                   self.backend_dtype)
         for name in ("src_buffer", "src_offset", "dst_buffer", "dst_offset", "src_tensor",
                      "dst_tensor", "src_backend", "dst_backend"):

@@ -34,7 +34,7 @@ __all__ = ["Trace", "FRAME_NEEDS", "load", "load_raw", "load_graphs", "iter_wind
 # those, the state it needs: backend codes, buffer lifetimes, call rows, access sides).
 FRAME_NEEDS: dict[str, tuple[str, ...]] = {
     "threads": (), "backends": (), "buffers": ("backends",), "calls": ("backends",),
-    "accesses": ("buffers", "calls"), "allocations": ("buffers", "calls"), "copies": ("accesses",),
+    "accesses": ("buffers", "calls"), "allocations": ("buffers", "calls"), "copies": ("buffers", "calls"),
     "splits": ("copies",), "sync": ("calls",), "marks": ("calls",), "gpu": ("calls",), "device": ("gpu",),
     "gpu_samples": (), "delays": ("device",),
 }
@@ -89,8 +89,6 @@ class Trace:
                 for need in FRAME_NEEDS[name]:
                     getattr(self, need)
                 setattr(self, name, _build_frame(loader, self, name))
-                if name == "accesses":
-                    self._access_calls = loader.a_call  # kept for access_calls()
                 if all(f in self.__dict__ for f in FRAME_NEEDS):
                     self._loader = None  # every frame built: the records can go
         return self.__dict__[name]
@@ -100,11 +98,13 @@ class Trace:
 
     def access_calls(self) -> np.ndarray:
         """The row in `calls` of each row of `accesses` (-1: no such call): the join every analysis
-        of accesses needs, which the load has made already."""
+        of accesses needs, which the load makes once."""
         rows = self.__dict__.get("_access_calls")
-        if rows is None or len(rows) != len(self.accesses):
-            rows = self._access_calls = lookup(self.calls["call_id"].to_numpy(np.uint64),
-                                               self.accesses["call_id"].to_numpy(np.uint64))
+        if rows is None:
+            loader = self.__dict__.get("_loader")
+            rows = (loader.access_calls() if loader is not None else
+                    lookup(self.calls["call_id"].to_numpy(np.uint64), self.accesses["call_id"].to_numpy(np.uint64)))
+            self._access_calls = rows
         return rows
 
     def frames(self) -> dict[str, pd.DataFrame]:

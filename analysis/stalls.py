@@ -134,7 +134,8 @@ class _Model:
         self.a_off = a["offset"].to_numpy(np.uint64)[join]
         self.a_end = a["end"].to_numpy(np.uint64)[join]
         self.a_tcats = np.asarray(a["tensor"].cat.categories, dtype=object)
-        self.a_tc = a["tensor"].cat.codes.to_numpy(np.int64)[join]
+        self.a_tensor = a["tensor"].cat.codes.to_numpy()  # by access row: only the words read it
+        self.a_row = join
 
     def kind_in(self, names) -> np.ndarray:
         return np.isin(self.kc, _codes_of(self.kcats, names))
@@ -299,7 +300,8 @@ class _Model:
         who = np.where(pd.isna(who), "the host", who).astype(str)
         graph = np.where(self.g[ci] >= 0, np.char.add(np.char.add(" (graph ", self.g[ci].astype(str)), ")"), "")
         mode = np.where(self.a_write[a], " writes ", " reads ")
-        tensor = np.where(self.a_tc[a] >= 0, self.a_tcats[np.maximum(self.a_tc[a], 0)].astype(str), "?")
+        tc = self.a_tensor[self.a_row[a]].astype(np.int64)
+        tensor = np.where(tc >= 0, self.a_tcats[np.maximum(tc, 0)].astype(str), "?")
         out = who
         for part in (" ", what, graph, mode, tensor):
             out = np.char.add(out, part)
