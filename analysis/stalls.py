@@ -58,8 +58,8 @@ def _boundaries(t: Trace, s: pd.DataFrame) -> np.ndarray:
     graph, split = s["graph"].to_numpy(np.int64, na_value=-1), s["split"].to_numpy(np.int64, na_value=-1)
     split_s = np.where(split >= 0, split.astype(str), "?")
     inside = np.char.add(np.char.add(np.char.add("graph ", graph.astype(str)), " split "), split_s)
-    between = np.where(prev >= 0, np.char.add("after graph ", start_g[np.maximum(prev, 0)].astype(str)) if len(start_g)
-                       else "", "before the first graph")
+    prev_g = start_g[np.maximum(prev, 0)] if len(start_g) else np.zeros(len(prev), np.int64)
+    between = np.where(prev >= 0, np.char.add("after graph ", prev_g.astype(str)), "before the first graph")
     return np.where(s["graph"].notna().to_numpy(), inside, between).astype(object)
 
 
@@ -248,14 +248,13 @@ class _Model:
         l = np.flatnonzero(l_seg >= 0)
         if len(d) == 0 or len(l) == 0:
             return needed, conflict
-        # a pair conflicts only if one of the two writes: a drained write against every later access,
-        # a drained read against the later writes (most accesses are reads of weights)
+        # A pair conflicts only if one of the two writes: a drained write against every later access
+        # of its key (segment, buffer), a drained read against the later writes. Later accesses that
+        # can meet neither are left out before the join.
         n_buf = int(self.a_buf.max()) + 1
-        key_d = d_seg[d] * n_buf + self.a_buf[d]  # (segment, buffer): dense codes
+        key_d = d_seg[d] * n_buf + self.a_buf[d]  # dense codes
         key_l = l_seg[l] * n_buf + self.a_buf[l]
         dw, lw = self.a_write[d], self.a_write[l]
-        # a later access can conflict only with a drained one of its key, one of the two writing:
-        # most later accesses are reads of weights, which no drained work wrote
         drained_write = np.zeros(n * n_buf, bool)
         drained_write[key_d[dw]] = True
         drained = drained_write.copy()
