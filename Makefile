@@ -84,9 +84,10 @@ $(BUILD_DIR)/llama-b%/.built: $(BUILD_DIR)/llama-b%/.ggml
 	scripts/build_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/llama-b$*
 	touch $@
 
-# the two programs of b10531 that the demo runs (make demo builds no more than it needs)
+# the program of b10531 that the demo runs (make demo builds no more than it needs: llama-simple
+# needs libllama alone, not llama-completion's common library)
 $(BUILD_DIR)/llama-b10531/.demo: $(BUILD_DIR)/llama-b10531/.ggml
-	TARGETS="llama-completion ggml-rpc-server" scripts/build_llama.sh $(BUILD_DIR)/src/llama-b10531/llama.cpp $(BUILD_DIR)/llama-b10531
+	TARGETS=llama-simple scripts/build_llama.sh $(BUILD_DIR)/src/llama-b10531/llama.cpp $(BUILD_DIR)/llama-b10531
 	touch $@
 
 $(BUILD_DIR)/llama-b%/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%/.ggml $(HOOK_SOURCES)
@@ -127,7 +128,7 @@ $(MODEL): scripts/make_tiny_model.py | $(VENV)/.core
 	mkdir -p $(dir $@)
 	$(VPY) scripts/make_tiny_model.py $@
 
-# the #23321 scenario on b10524 and b10531 (ggml and the hooks), and a CPU + RPC run of b10531
+# the #23321 scenario on b10524 and b10531 (ggml and the hooks), and b10531's llama-simple on two virtual devices
 demo: $(VENV)/.core $(BUILD_DIR)/llama-b10524/bin/libggml-trace-hooks.so \
       $(BUILD_DIR)/llama-b10531/bin/libggml-trace-hooks.so $(BUILD_DIR)/llama-b10531/.demo $(MODEL)
 	$(VPY) -m ggml_trace.tracer.demo
