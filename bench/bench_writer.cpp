@@ -22,34 +22,32 @@
 using namespace ggml_trace;
 
 static void one_call(uint64_t i) {
-    CallRec * r = (CallRec *) reserve_record();
-    if (!r) return;
-    r->thread = thread_index();
-    r->t_begin = now_ticks();
-    r->kind = K_GRAPH_COMPUTE;
-    r->call_id = next_call_id();
-    r->backend = 0;
-    r->backend2 = NONE32;
-    r->graph = (uint32_t) (i >> 4);
-    r->split = (int32_t) (i & 15);
-    r->arg = i;
-    r->t_end = now_ticks();
-    commit_record(r, REC_CALL);
+    emit_record<CallRec>(REC_CALL, [&](CallRec & r) {
+        r.thread = thread_index();
+        r.t_begin = now_ticks();
+        r.kind = K_GRAPH_COMPUTE;
+        r.call_id = next_call_id();
+        r.backend = 0;
+        r.backend2 = NONE32;
+        r.graph = (uint32_t) (i >> 4);
+        r.split = (int32_t) (i & 15);
+        r.arg = i;
+        r.t_end = now_ticks();
+    });
 }
 
 static void one_access(uint64_t call_id, const char * name, uint64_t off) {
     uint64_t id = intern(name);
-    AccessRec * a = (AccessRec *) reserve_record();
-    if (!a) return;
-    a->mode = ACC_WRITE;
-    a->thread = thread_index();
-    a->call_id = call_id;
-    a->buffer = 0x1000;
-    a->offset = off;
-    a->size = 4096;
-    a->tensor = id;
-    a->node = id;
-    commit_record(a, REC_ACCESS);
+    emit_record<AccessRec>(REC_ACCESS, [&](AccessRec & a) {
+        a.mode = ACC_WRITE;
+        a.thread = thread_index();
+        a.call_id = call_id;
+        a.buffer = 0x1000;
+        a.offset = off;
+        a.size = 4096;
+        a.tensor = id;
+        a.node = id;
+    });
 }
 
 // The hooks' delay test before each operation (delay.cpp builds the query the same way).

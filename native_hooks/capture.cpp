@@ -43,7 +43,6 @@ CallContext & current_call() {
 // ---------------------------------------------------------------- calls
 
 Call::Call(uint8_t kind) {
-    memset(&r, 0, sizeof(r));
     const ThreadContext & t = thread_context();
     r.kind = kind;
     r.sched = t.sched;
@@ -61,7 +60,7 @@ Call::Call(uint8_t kind) {
 }
 
 Call::~Call() {
-    current_call() = outer_;
+    current_call() = outer_;  // here, not in commit(): some calls end uncommitted (early returns, the allreduce)
     if (correlated_) {
         cupti_pop();
     }
@@ -83,11 +82,11 @@ void Call::commit() {
 void commit_call(CallRec & r) {
     r.thread = thread_index();
     meta_commit(r);  // a meta call's flag, or the NEST record of a call it made
-    CallRec * out = (CallRec *) reserve_record();
-    if (out) {
-        memcpy((uint8_t *) out + 1, (uint8_t *) &r + 1, sizeof(r) - 1);
-        commit_record(out, REC_CALL);
-    }
+    // `r` lives in its Call for the call's duration, so it is copied into the slot: every byte
+    // but the type byte, which the emit stores last.
+    emit_record<CallRec>(REC_CALL, [&](CallRec & out) {
+        memcpy((uint8_t *) &out + 1, (const uint8_t *) &r + 1, sizeof(CallRec) - 1);
+    });
 }
 
 // ---------------------------------------------------------------- accesses
@@ -109,21 +108,18 @@ void emit_range(uint8_t type, uint8_t mode, uint64_t call_id, ggml_backend_buffe
     if (meta_parent_call(call_id)) {
         return;  // a meta backend's call: its simple backends' calls carry the accesses
     }
-    AccessRec * r = (AccessRec *) reserve_record();
-    if (!r) {
-        return;
-    }
-    r->mode = mode;
-    r->thread = thread_index();
-    r->call_id = call_id;
-    r->buffer = (uint64_t) (uintptr_t) buffer;
-    r->offset = offset;
-    r->size = size;
-    r->tensor = tensor_name;
-    r->node = node_name;
-    r->op = op;
-    r->index = index;
-    commit_record(r, type);
+    emit_record<AccessRec>(type, [&](AccessRec & r) {
+        r.mode = mode;
+        r.thread = thread_index();
+        r.call_id = call_id;
+        r.buffer = (uint64_t) (uintptr_t) buffer;
+        r.offset = offset;
+        r.size = size;
+        r.tensor = tensor_name;
+        r.node = node_name;
+        r.op = op;
+        r.index = index;
+    });
 }
 
 // The buffer this thread last registered: a split's accesses come in long runs on the same

@@ -52,7 +52,7 @@ CallContext & current_call();
 // One host call: fills a CALL record from the thread's context when made, commits it when done.
 // While it lives, CUPTI correlates the kernels the call launches to it.
 struct Call {
-    CallRec r;
+    CallRec r{};
     bool ok = true;        // the call did what was asked (hooks set it from the result)
     uint64_t result = 0;   // the call's result as an integer (a returned pointer)
     bool nested = false;   // made inside a meta backend's call

@@ -115,20 +115,17 @@ uint64_t kernel_name_id(const char * mangled) {
 
 void write_activity(uint8_t kind, uint32_t device, uint64_t start, uint64_t end, uint32_t correlation,
                     uint32_t stream, uint64_t name, uint64_t bytes, uint8_t copy_kind) {
-    GpuActivityRec * r = (GpuActivityRec *) reserve_record();
-    if (!r) {
-        return;
-    }
-    r->kind = kind;
-    r->copy_kind = copy_kind;
-    r->device = device;
-    r->t_begin_ns = start;
-    r->t_end_ns = end;
-    r->correlation = correlation;
-    r->stream = stream;
-    r->name = name;
-    r->bytes = bytes;
-    commit_record(r, REC_GPU);
+    emit_record<GpuActivityRec>(REC_GPU, [&](GpuActivityRec & r) {
+        r.kind = kind;
+        r.copy_kind = copy_kind;
+        r.device = device;
+        r.t_begin_ns = start;
+        r.t_end_ns = end;
+        r.correlation = correlation;
+        r.stream = stream;
+        r.name = name;
+        r.bytes = bytes;
+    });
 }
 
 void CUPTIAPI buffer_requested(uint8_t ** buffer, size_t * size, size_t * max_records) {

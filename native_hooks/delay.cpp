@@ -76,22 +76,21 @@ bool pair_has_tensor(const void * ctx, const char * glob) {
 
 void write_delay(const CallRec & target, uint32_t index, const DelayHit & h, uint64_t id, uint8_t where, bool failed,
                  uint64_t t0, uint64_t t1) {
-    CallRec * r = (CallRec *) reserve_record();
-    if (!r) return;
-    r->kind = K_DELAY;
-    r->sched = target.sched;
-    r->flags = (uint8_t) (where << DELAY_WHERE_SHIFT) | (failed ? CALL_FAILED : 0);
-    r->thread = thread_index();
-    r->t_begin = t0;
-    r->t_end = t1;
-    r->call_id = id;
-    r->backend = index;
-    r->backend2 = NONE32;
-    r->graph = target.graph;
-    r->split = target.split;
-    r->obj = target.call_id;
-    r->arg = ((uint64_t) h.rule << DELAY_RULE_SHIFT) | (h.ns & ((1ull << DELAY_RULE_SHIFT) - 1));
-    commit_record(r, REC_CALL);
+    emit_record<CallRec>(REC_CALL, [&](CallRec & r) {
+        r.kind = K_DELAY;
+        r.sched = target.sched;
+        r.flags = (uint8_t) (where << DELAY_WHERE_SHIFT) | (failed ? CALL_FAILED : 0);
+        r.thread = thread_index();
+        r.t_begin = t0;
+        r.t_end = t1;
+        r.call_id = id;
+        r.backend = index;
+        r.backend2 = NONE32;
+        r.graph = target.graph;
+        r.split = target.split;
+        r.obj = target.call_id;
+        r.arg = ((uint64_t) h.rule << DELAY_RULE_SHIFT) | (h.ns & ((1ull << DELAY_RULE_SHIFT) - 1));
+    });
 }
 
 // ---------------------------------------------------------------- CUDA streams

@@ -47,25 +47,24 @@ uint8_t sched_index(ggml_backend_sched_t sched) {
 
 void write_backend_record(BackendEntry & e, ggml_backend_t backend) {
     ggml_backend_dev_t dev = g_api.backend_get_device(backend);
-    BackendRec r;
-    memset(&r, 0, sizeof(r));
-    r.backend = e.index;
-    r.ptr = (uint64_t) (uintptr_t) backend;
-    r.device_ptr = (uint64_t) (uintptr_t) dev;
-    r.name = intern(g_api.backend_name(backend));
-    if (dev) {
-        r.device_name = intern(g_api.dev_name(dev));
-        r.device_description = intern(g_api.dev_description(dev));
-        r.device_type = (uint8_t) g_api.dev_type(dev);
-        r.has_events = dev->iface.event_new != nullptr;
-    }
-    r.has_async = has_async(e.orig);
-    r.t = now_ticks();
-    BackendRec * out = (BackendRec *) reserve_kept_record();
-    if (out) {
-        memcpy((uint8_t *) out + 1, (uint8_t *) &r + 1, sizeof(r) - 1);
-        commit_record(out, REC_BACKEND);
-    }
+    // interned before the slot is taken: interning writes STRING records, and a fill writes none
+    uint64_t name = intern(g_api.backend_name(backend));
+    uint64_t device_name = dev ? intern(g_api.dev_name(dev)) : 0;
+    uint64_t device_description = dev ? intern(g_api.dev_description(dev)) : 0;
+    emit_kept_record<BackendRec>(REC_BACKEND, [&](BackendRec & r) {
+        r.backend = e.index;
+        r.ptr = (uint64_t) (uintptr_t) backend;
+        r.device_ptr = (uint64_t) (uintptr_t) dev;
+        r.name = name;
+        if (dev) {
+            r.device_name = device_name;
+            r.device_description = device_description;
+            r.device_type = (uint8_t) g_api.dev_type(dev);
+            r.has_events = dev->iface.event_new != nullptr;
+        }
+        r.has_async = has_async(e.orig);
+        r.t = now_ticks();
+    });
 }
 
 // Checks every struct first, then patches: all or nothing.
@@ -360,15 +359,13 @@ void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
         c.r.backend = backend_of_buffer(buffer);
         c.r.obj = (uint64_t) (uintptr_t) buffer;
         c.r.arg = buffer->size;
-        BufferRec * r = (BufferRec *) reserve_kept_record();
-        if (r) {
-            r->event = BUF_FREED;
-            r->thread = thread_index();
-            r->t = now_ticks();
-            r->ptr = (uint64_t) (uintptr_t) buffer;
-            r->size = buffer->size;
-            commit_record(r, REC_BUFFER);
-        }
+        emit_kept_record<BufferRec>(REC_BUFFER, [&](BufferRec & r) {
+            r.event = BUF_FREED;
+            r.thread = thread_index();
+            r.t = now_ticks();
+            r.ptr = (uint64_t) (uintptr_t) buffer;
+            r.size = buffer->size;
+        });
         c.commit();
     }
     g_api.buffer_free(buffer);

@@ -268,16 +268,15 @@ void meta_commit(CallRec & r) {
             device = device_of(r.backend);
     }
     t_frame.pending_role = ROLE_NONE;
-    NestRec * n = (NestRec *) reserve_record();
-    if (!n) return;
-    n->role = role;
-    n->device = device < 0 ? 0xff : (uint8_t) device;
-    n->thread = thread_index();
-    n->call_id = r.call_id;
-    n->parent = t_frame.parent;
-    n->meta_backend = t_frame.meta_index;
-    n->subgraph = subgraph;
-    commit_record(n, REC_NEST);
+    emit_record<NestRec>(REC_NEST, [&](NestRec & n) {
+        n.role = role;
+        n.device = device < 0 ? 0xff : (uint8_t) device;
+        n.thread = thread_index();
+        n.call_id = r.call_id;
+        n.parent = t_frame.parent;
+        n.meta_backend = t_frame.meta_index;
+        n.subgraph = subgraph;
+    });
 }
 
 uint64_t meta_unnamed(const ggml_tensor * t) {

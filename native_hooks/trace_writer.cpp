@@ -429,18 +429,18 @@ KeptString claim_kept_string(uint64_t id) {
 void write_string_pieces(uint64_t id, const char * s, size_t len) {
     size_t n_pieces = len == 0 ? 1 : (len + STRING_PIECE - 1) / STRING_PIECE;
     for (size_t p = 0; p < n_pieces; p++) {
-        StringRec * r = (StringRec *) reserve_kept_record();
-        if (!r) {
-            return;
-        }
         size_t off = p * STRING_PIECE;
         size_t n = len - off < STRING_PIECE ? len - off : STRING_PIECE;
-        r->len = (uint8_t) n;
-        r->piece = (uint16_t) p;
-        r->total_len = (uint32_t) len;
-        r->id = id;
-        memcpy(r->text, s + off, n);
-        commit_record(r, REC_STRING);
+        bool written = emit_kept_record<StringRec>(REC_STRING, [&](StringRec & r) {
+            r.len = (uint8_t) n;
+            r.piece = (uint16_t) p;
+            r.total_len = (uint32_t) len;
+            r.id = id;
+            memcpy(r.text, s + off, n);
+        });
+        if (!written) {
+            return;
+        }
     }
 }
 
@@ -451,10 +451,23 @@ void after_fork_in_child() {
     t_state.kept_cur = t_state.kept_end = nullptr;
 }
 
-}  // namespace
+// A slot in the calling thread's chunk, or nullptr if tracing stopped. It reads as zeros: new
+// chunks are fresh file space (grown with zeros), recycled ring chunks are cleared first.
+uint8_t * reserve_record() {
+    ThreadState & ts = t_state;
+    if (ts.thread == NONE32) {
+        thread_index();  // a new thread: claim an index before its first chunk
+    }
+    if (ts.cur == ts.end && !(g_writer.ring.on ? new_ring_chunk(ts) : new_chunk(ts))) {
+        return nullptr;
+    }
+    uint8_t * r = ts.cur;
+    ts.cur += RECORD_SIZE;
+    return r;
+}
 
-// Ring files: a slot in the calling thread's kept chunk (a ring slot once the kept region is full).
-void * reserve_kept_record() {
+// Ring files: a (zeroed) slot in the calling thread's kept chunk (a ring slot once the kept region is full).
+uint8_t * reserve_kept_record() {
     ThreadState & ts = t_state;
     if (!g_writer.ring.on) {
         return reserve_record();
@@ -476,10 +489,14 @@ void * reserve_kept_record() {
         ts.kept_cur = chunk + RECORD_SIZE;
         ts.kept_end = chunk + CHUNK_SIZE;
     }
-    void * r = ts.kept_cur;
+    uint8_t * r = ts.kept_cur;
     ts.kept_cur += RECORD_SIZE;
     return r;
 }
+
+}  // namespace
+
+uint8_t * detail::reserve_slot(bool kept) { return kept ? reserve_kept_record() : reserve_record(); }
 
 bool writer_open(const char * path, const char * hooks_build, uint32_t api_version, const RingConfig & ring) {
     if (g_writer.open.load()) {
@@ -567,13 +584,11 @@ void maybe_clock_sync() {
         !g_writer.last_sync_ticks.compare_exchange_strong(last, t, std::memory_order_relaxed)) {
         return;
     }
-    ClockRec * r = (ClockRec *) reserve_record();
-    if (r) {
-        r->thread = thread_index();
-        r->monotonic_ns = monotonic_ns();
-        r->ticks = now_ticks();
-        commit_record(r, REC_CLOCK);
-    }
+    emit_record<ClockRec>(REC_CLOCK, [&](ClockRec & r) {
+        r.thread = thread_index();
+        r.monotonic_ns = monotonic_ns();
+        r.ticks = now_ticks();
+    });
 }
 
 void writer_close() {
@@ -634,14 +649,12 @@ uint32_t thread_index() {
         char name[64] = {0};
         pthread_getname_np(pthread_self(), name, sizeof(name));
         uint64_t name_id = intern(name);
-        ThreadRec * r = (ThreadRec *) reserve_kept_record();
-        if (r) {
-            r->thread = ts.thread;
-            r->t = now_ticks();
-            r->os_tid = (uint64_t) syscall(SYS_gettid);
-            r->name = name_id;
-            commit_record(r, REC_THREAD);
-        }
+        emit_kept_record<ThreadRec>(REC_THREAD, [&](ThreadRec & r) {
+            r.thread = ts.thread;
+            r.t = now_ticks();
+            r.os_tid = (uint64_t) syscall(SYS_gettid);
+            r.name = name_id;
+        });
     }
     return ts.thread;
 }
@@ -653,41 +666,21 @@ uint64_t next_call_id() {
 
 void write_device_exec(uint8_t source, uint8_t flags, uint32_t backend, uint32_t graph, int32_t split, uint64_t obj,
                        uint64_t t_begin, uint64_t t_end, uint64_t arg) {
-    CallRec * r = (CallRec *) reserve_record();
-    if (!r) {
-        return;
-    }
-    r->kind = K_DEVICE_EXEC;
-    r->sched = 0xff;
-    r->flags = (uint8_t) ((source << DEVICE_SOURCE_SHIFT) | flags);
-    r->thread = thread_index();
-    r->t_begin = t_begin;
-    r->t_end = t_end;
-    r->call_id = next_call_id();
-    r->backend = backend;
-    r->backend2 = NONE32;
-    r->graph = graph;
-    r->split = split;
-    r->obj = obj;
-    r->arg = arg;
-    commit_record(r, REC_CALL);
-}
-
-void * reserve_record() {
-    ThreadState & ts = t_state;
-    if (ts.thread == NONE32) {
-        thread_index();  // a new thread: claim an index before its first chunk
-    }
-    if (ts.cur == ts.end && !(g_writer.ring.on ? new_ring_chunk(ts) : new_chunk(ts))) {
-        return nullptr;
-    }
-    void * r = ts.cur;
-    ts.cur += RECORD_SIZE;
-    return r;
-}
-
-void commit_record(void * rec, uint8_t type) {
-    __atomic_store_n((uint8_t *) rec, type, __ATOMIC_RELEASE);
+    emit_record<CallRec>(REC_CALL, [&](CallRec & r) {
+        r.kind = K_DEVICE_EXEC;
+        r.sched = 0xff;
+        r.flags = (uint8_t) ((source << DEVICE_SOURCE_SHIFT) | flags);
+        r.thread = thread_index();
+        r.t_begin = t_begin;
+        r.t_end = t_end;
+        r.call_id = next_call_id();
+        r.backend = backend;
+        r.backend2 = NONE32;
+        r.graph = graph;
+        r.split = split;
+        r.obj = obj;
+        r.arg = arg;
+    });
 }
 
 uint64_t string_id(const char * s, size_t len) {
@@ -735,15 +728,12 @@ uint64_t intern(const char * s) { return s ? intern(s, strlen(s)) : 0; }
 void write_meta(const char * key, const char * value, size_t value_len) {
     uint64_t k = intern(key);
     uint64_t v = intern(value, value_len);
-    MetaRec * r = (MetaRec *) reserve_kept_record();
-    if (!r) {
-        return;
-    }
-    r->thread = thread_index();
-    r->t = now_ticks();
-    r->key = k;
-    r->value = v;
-    commit_record(r, REC_META);
+    emit_kept_record<MetaRec>(REC_META, [&](MetaRec & r) {
+        r.thread = thread_index();
+        r.t = now_ticks();
+        r.key = k;
+        r.value = v;
+    });
 }
 
 }  // namespace ggml_trace

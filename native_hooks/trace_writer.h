@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <type_traits>
+
 #include "trace_format.h"
 
 namespace ggml_trace {
@@ -58,13 +60,43 @@ uint32_t thread_index();
 // Unique id for a new call record of the calling thread.
 uint64_t next_call_id();
 
-// Returns a zeroed 64-byte slot in the calling thread's chunk, or nullptr if tracing stopped.
-void * reserve_record();
+namespace detail {
+// A zeroed slot in the calling thread's chunk (its kept chunk: `kept`), or nullptr once tracing stopped.
+uint8_t * reserve_slot(bool kept);
+
+template <class T, class Fill>
+bool emit(uint8_t type, bool kept, Fill && fill) {
+    static_assert(sizeof(T) == RECORD_SIZE, "a record fills one slot");
+    static_assert(std::is_trivially_copyable_v<T>, "a record is plain bytes in the file");
+    // No padding of the compiler's: every byte is a named field, zero unless `fill` sets it.
+    static_assert(std::has_unique_object_representations_v<T>, "a record's padding is named fields");
+    uint8_t * slot = reserve_slot(kept);
+    if (!slot) {
+        return false;
+    }
+    T & rec = *reinterpret_cast<T *>(slot);  // the one cast: slots are 64-byte aligned, zeroed
+    fill(rec);
+    __atomic_store_n(slot, type, __ATOMIC_RELEASE);  // last: the record is whole once a reader sees its type
+    return true;
+}
+}  // namespace detail
+
+// The one way to write a record: fills a zeroed slot of the calling thread's chunk in place, then
+// publishes its type byte last, so a reader (or a crash) never sees half a record.
+//   emit_record<AccessRec>(REC_ACCESS, [&](AccessRec & r) { r.mode = mode; ... });
+// `fill` sets the fields (not `type`) and writes no record itself (intern names first): one that
+// moved the thread on to a new ring chunk would let the ring recycle this slot's chunk. False
+// once tracing stopped (`fill` not called).
+template <class T, class Fill>
+bool emit_record(uint8_t type, Fill && fill) {
+    return detail::emit<T>(type, false, fill);
+}
 // The same, for records every window of a flight recorder needs (strings, metadata, threads,
-// backends, buffers): a ring never recycles them. Without a ring, reserve_record().
-void * reserve_kept_record();
-// Publishes a filled record: stores its type byte last, with release order.
-void commit_record(void * rec, uint8_t type);
+// backends, buffers): a ring never recycles them. Without a ring, as emit_record.
+template <class T, class Fill>
+bool emit_kept_record(uint8_t type, Fill && fill) {
+    return detail::emit<T>(type, true, fill);
+}
 
 // A K_DEVICE_EXEC record, for every observer of device-side work: what call `obj` enqueued (in
 // scheduler graph/split) ran on backend `backend` from t_begin to t_end, as `source` (DeviceSource)

@@ -387,21 +387,18 @@ const auto BUFFER_SET_TENSOR_HOOK = table_set_tensor();
 void write_buffer_record(ggml_backend_buffer_t buffer, uint8_t event) {
     ggml_backend_buffer_type_t buft = buffer->buft;
     uint64_t name = buft ? intern(g_api.buft_name(buft)) : 0;
-    BufferRec * r = (BufferRec *) reserve_kept_record();
-    if (!r) {
-        return;
-    }
-    r->event = event;
-    r->usage = (uint8_t) buffer->usage;
-    r->is_host = buft ? g_api.buft_is_host(buft) : 0;
-    r->thread = thread_index();
-    r->t = now_ticks();
-    r->ptr = ptr(buffer);
-    r->base = ptr(g_api.buffer_get_base(buffer));
-    r->size = buffer->size;
-    r->buft_name = name;
-    r->device_ptr = buft ? ptr(buft->device) : 0;
-    commit_record(r, REC_BUFFER);
+    emit_kept_record<BufferRec>(REC_BUFFER, [&](BufferRec & r) {
+        r.event = event;
+        r.usage = (uint8_t) buffer->usage;
+        r.is_host = buft ? g_api.buft_is_host(buft) : 0;
+        r.thread = thread_index();
+        r.t = now_ticks();
+        r.ptr = ptr(buffer);
+        r.base = ptr(g_api.buffer_get_base(buffer));
+        r.size = buffer->size;
+        r.buft_name = name;
+        r.device_ptr = buft ? ptr(buft->device) : 0;
+    });
 }
 
 // A buffer whose struct was freed without our seeing it (and whose address now holds another

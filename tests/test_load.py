@@ -578,19 +578,19 @@ using namespace ggml_trace;
 static void calls(int n, const char * name) {
     uint64_t name_id = intern(name);
     for (int i = 0; i < n; i++) {
-        CallRec * r = (CallRec *) reserve_record();
-        r->kind = 16;  // K_GRAPH_COMPUTE
-        r->sched = 0;
-        r->thread = thread_index();
-        r->t_begin = now_ticks();
-        r->call_id = next_call_id();
-        r->backend = r->backend2 = NONE32;
-        r->graph = (uint32_t) i;
-        r->split = 0;
-        r->obj = name_id;
-        r->arg = (uint64_t) i;
-        r->t_end = now_ticks();
-        commit_record(r, REC_CALL);
+        emit_record<CallRec>(REC_CALL, [&](CallRec & r) {
+            r.kind = 16;  // K_GRAPH_COMPUTE
+            r.sched = 0;
+            r.thread = thread_index();
+            r.t_begin = now_ticks();
+            r.call_id = next_call_id();
+            r.backend = r.backend2 = NONE32;
+            r.graph = (uint32_t) i;
+            r.split = 0;
+            r.obj = name_id;
+            r.arg = (uint64_t) i;
+            r.t_end = now_ticks();
+        });
     }
 }
 
