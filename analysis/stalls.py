@@ -130,7 +130,13 @@ class _Model:
         written = np.bincount(a_buf[a_write], minlength=int(a_buf.max(initial=0)) + 1) > 0
         of_written = written[a_buf]
         join = np.flatnonzero(keep)[of_written]
-        self.a_call, self.a_buf, self.a_write = a_call[join], a_buf[of_written], a_write[of_written]
+        # ... grouped by call (a call's accesses keep their order), so that the accesses of a set of
+        # calls are ranges: call c's are [a_start[c], a_start[c + 1]); a_order is the file order
+        by_call = stable_order(a_call[join])
+        self.a_order = by_call
+        join = join[by_call]
+        self.a_call, self.a_buf, self.a_write = a_call[join], a_buf[of_written][by_call], a_write[of_written][by_call]
+        self.a_start = np.searchsorted(self.a_call, np.arange(len(c) + 1))
         self.a_off = a["offset"].to_numpy(np.uint64)[join]
         self.a_end = a["end"].to_numpy(np.uint64)[join]
         self.a_tcats = np.asarray(a["tensor"].cat.categories, dtype=object)
@@ -240,54 +246,49 @@ class _Model:
         """Per segment (n of them): whether an access of its drained work and one of the later calls
         overlap in bytes, one writing; and the first such pair in words."""
         needed, conflict = np.zeros(n, bool), np.full(n, None, dtype=object)
-        seg_of_call = np.full(len(self.ids), -1, np.int64)
-        seg_of_call[work["call"].to_numpy()] = work["seg"].to_numpy()
-        d_seg = seg_of_call[self.a_call]
-        d = np.flatnonzero(d_seg >= 0)
-        l_seg = later_seg[self.a_call]
-        l = np.flatnonzero(l_seg >= 0)
+        d, d_seg = self._accesses_of(work["call"].to_numpy(), work["seg"].to_numpy())
+        later = np.flatnonzero(later_seg >= 0)
+        l, l_seg = self._accesses_of(later, later_seg[later])
         if len(d) == 0 or len(l) == 0:
             return needed, conflict
         # A pair conflicts only if one of the two writes: a drained write against every later access
         # of its key (segment, buffer), a drained read against the later writes. Later accesses that
         # can meet neither are left out before the join.
         n_buf = int(self.a_buf.max()) + 1
-        key_d = d_seg[d] * n_buf + self.a_buf[d]  # dense codes
-        key_l = l_seg[l] * n_buf + self.a_buf[l]
+        key_d = d_seg * n_buf + self.a_buf[d]  # dense codes
+        key_l = l_seg * n_buf + self.a_buf[l]
         dw, lw = self.a_write[d], self.a_write[l]
-        drained_write = np.zeros(n * n_buf, bool)
-        drained_write[key_d[dw]] = True
-        drained = drained_write.copy()
-        drained[key_d[~dw]] = True
-        keep = np.flatnonzero(np.where(lw, drained[key_l], drained_write[key_l]))
+        meets = np.zeros(2 * n * n_buf, bool)  # by key * 2 + (a later write)
+        meets[key_d[dw] * 2] = True            # a later read meets a drained write
+        meets[key_d * 2 + 1] = True            # a later write meets any drained access
+        keep = np.flatnonzero(meets[key_l * 2 + lw])
         l, key_l, lw = l[keep], key_l[keep], lw[keep]
         by_key = stable_order(key_l)
         writes = by_key[lw[by_key]]  # the later writes, still in key order
-        hits = []
+        hit_d, hit_l, hit_seg = [], [], []
         for rows, order in ((np.flatnonzero(dw), by_key), (np.flatnonzero(~dw), writes)):
             i, j = _join(rows, key_d[rows], key_l, order)
             dd, ll = d[i], l[j]
             cd, cl = self.a_call[dd], self.a_call[ll]
             same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
             hit = (self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd]) & ~same_queue
-            hits.append((dd[hit], ll[hit]))
-        # each segment's first pair (its first drained access, then the first later one): the pairs
-        # of each join come in that order, so each join's first of a segment competes with the other's
-        best = np.full((n, 2), np.iinfo(np.int64).max)
-        for dd, ll in hits:
-            sg = d_seg[dd]
-            first = np.full(n, -1, np.int64)
-            first[sg[::-1]] = np.arange(len(sg))[::-1]  # repeated indices: the last assigned (the first) stays
-            s = np.flatnonzero(first >= 0)
-            cand = np.stack([dd[first[s]], ll[first[s]]], axis=1)
-            better = (cand[:, 0] < best[s, 0]) | ((cand[:, 0] == best[s, 0]) & (cand[:, 1] < best[s, 1]))
-            best[s[better]] = cand[better]
-        sg = np.flatnonzero(best[:, 0] != np.iinfo(np.int64).max)
+            hit_d.append(dd[hit]), hit_l.append(ll[hit]), hit_seg.append(d_seg[i[hit]])
+        dd, ll, sg = np.concatenate(hit_d), np.concatenate(hit_l), np.concatenate(hit_seg)
+        # each segment's first pair in file order: its first drained access, then the first later one
+        first = np.lexsort((self.a_order[ll], self.a_order[dd], sg))
+        sg, at = np.unique(sg[first], return_index=True)
         needed[sg] = True
         if len(sg):
-            conflict[sg] = np.char.add(np.char.add(self._access(best[sg, 0]), " before "),
-                                       self._access(best[sg, 1])).tolist()
+            dd, ll = dd[first[at]], ll[first[at]]
+            conflict[sg] = np.char.add(np.char.add(self._access(dd), " before "), self._access(ll)).tolist()
         return needed, conflict
+
+    def _accesses_of(self, calls: np.ndarray, value: np.ndarray):
+        """The (joined) accesses of `calls` (in call order), and for each the value of its call."""
+        start = self.a_start[calls]
+        count = self.a_start[calls + 1] - start
+        first = np.cumsum(count) - count  # where each call's accesses begin in the result
+        return np.repeat(start - first, count) + np.arange(int(count.sum())), np.repeat(value, count)
 
     def _access(self, a: np.ndarray) -> np.ndarray:
         """'VDEV0 split 3 (graph 2) reads h' for each access in `a`, in whole-array string operations
@@ -342,12 +343,10 @@ class _Model:
 
 def _buffer_codes(known: np.ndarray, buffers: np.ndarray) -> np.ndarray:
     """A code per access's buffer (the join's key): its place among the buffers the trace
-    registered, a binary search among few; the others (a pointer never registered) after them."""
-    known = np.unique(known)
-    if len(known) == 0:
-        return factorize_runs(buffers)
-    code = np.minimum(np.searchsorted(known, buffers), len(known) - 1)
-    miss = known[code] != buffers
+    registered (a hash lookup among few); the others (a pointer never registered) after them."""
+    known = pd.Index(np.unique(known))
+    code = known.get_indexer(buffers)
+    miss = code < 0
     if miss.any():
         code[miss] = len(known) + factorize_runs(buffers[miss])
     return code
@@ -378,8 +377,7 @@ def _join(rows_a: np.ndarray, key_a: np.ndarray, key_b: np.ndarray, order_b: np.
     lo = (np.cumsum(count) - count)[key_a]
     cnt = count[key_a]
     i = np.repeat(rows_a, cnt)
-    within = np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    return i, order_b[np.repeat(lo, cnt) + within]
+    return i, order_b[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(len(i))]
 
 
 def _masked(values, keep: np.ndarray, dtype: str):

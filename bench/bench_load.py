@@ -1,4 +1,4 @@
-"""Benchmark analysis.load end to end on a synthetic trace (calls + accesses).
+"""Benchmark analysis.load end to end, every frame built, on a synthetic trace (calls + accesses).
 
 usage: python bench/bench_load.py [--events N] [--threads T] [--repeat R]
 """
@@ -24,7 +24,7 @@ def _load_in_fresh_process(path: str) -> tuple[float, int]:
     """(seconds, peak RSS in bytes) of one load in a new interpreter. The peak is its own VmHWM:
     getrusage would count this process's RSS too (ru_maxrss survives the exec that starts it)."""
     code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ggml_trace import analysis; "
-            "t = time.perf_counter(); analysis.load(sys.argv[2]); took = time.perf_counter() - t; "
+            "t = time.perf_counter(); analysis.load(sys.argv[2]).frames(); took = time.perf_counter() - t; "
             f"print(took, {PEAK_RSS})")
     out = subprocess.run([sys.executable, "-c", code, ROOT, path], check=True, capture_output=True, text=True)
     took, peak = out.stdout.split()
@@ -49,6 +49,7 @@ def main() -> None:
             gc.collect()
             t = time.perf_counter()
             trace = analysis.load(path)
+            trace.frames()  # every frame (a load builds them when first touched)
             dt = time.perf_counter() - t
             assert len(trace.calls) + len(trace.accesses) == events
             del trace
