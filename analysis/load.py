@@ -88,10 +88,21 @@ class Trace:
             if name not in self.__dict__:
                 for need in FRAME_NEEDS[name]:
                     getattr(self, need)
-                setattr(self, name, _build_frame(loader, self, name))
+                try:
+                    frame = _build_frame(loader, self, name)
+                except AttributeError as e:  # not "no such frame": getattr(trace, name, None) would hide it
+                    raise RuntimeError(f"building the {name} frame of {self.display_path}: {e}") from e
+                setattr(self, name, frame)
                 if all(f in self.__dict__ for f in FRAME_NEEDS):
                     self._loader = None  # every frame built: the records can go
         return self.__dict__[name]
+
+    def __getstate__(self) -> dict:
+        self.frames()  # a copy (pickle, copy.copy) carries frames, not the records and a lock
+        return {k: v for k, v in self.__dict__.items() if k not in ("_loader", "_lock")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _loader=None, _lock=threading.RLock())
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(FRAME_NEEDS))

@@ -1,6 +1,9 @@
 """Tests of the trace loader (analysis.load / analysis.trace_file), using tests/tracegen.py."""
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,6 +12,7 @@ from tracegen import TraceBuilder, string_id, synth_trace
 
 from ggml_trace.analysis.schema import FRAMES
 from ggml_trace.analysis import Trace, TraceFormatError, load, summarize
+from ggml_trace.analysis.load import FRAME_NEEDS
 from ggml_trace.analysis.trace_file import (
     BUF_ALLOCATED, BUF_FREED, BUF_SEEN, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, INCOMPLETE_STRING,
     REC_CALL, RECORD_SIZE, TickClock, read_trace_file,
@@ -639,3 +643,26 @@ def test_cpp_writer_interop(tmp_path, ending):
     assert (c["duration"] >= 0).all() and (c["t_begin"] >= 0).all()
     assert c["t_end"].max() < 60 * 10**9  # ticks converted to ns since t0, not raw ticks
     assert col(t.threads, "thread") == [0, 1]
+
+
+GPU_TRACES = sorted(Path(__file__).parent.glob("data/*.ggmltrace"))
+
+
+@pytest.mark.parametrize("path", GPU_TRACES[:6], ids=lambda p: p.stem)
+def test_frames_are_built_when_first_touched_and_the_same_in_any_order(path):
+    t = load(path)
+    assert not any(name in vars(t) for name in FRAME_NEEDS)  # load read the records, built no frame
+    t.splits
+    built = {name for name in FRAME_NEEDS if name in vars(t)}
+    assert "splits" in built and "copies" in built and "accesses" not in built  # copies resolve their own
+    forward = t.frames()
+    backward = load(path)
+    for name in reversed(list(FRAME_NEEDS)):
+        pd.testing.assert_frame_equal(getattr(backward, name), forward[name], check_exact=True)
+    copied = pickle.loads(pickle.dumps(load(path)))  # a copy carries every frame
+    for name in FRAME_NEEDS:
+        pd.testing.assert_frame_equal(getattr(copied, name), forward[name], check_exact=True)
+    rows = t.access_calls()
+    ids = t.calls["call_id"].to_numpy(np.uint64)
+    has = rows >= 0
+    assert (ids[rows[has]] == t.accesses["call_id"].to_numpy(np.uint64)[has]).all()
