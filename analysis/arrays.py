@@ -109,18 +109,6 @@ def lookup(keys, queries: np.ndarray) -> np.ndarray:
     return np.where(s[pos] == queries, order[pos], -1)
 
 
-def factorize_runs(values: np.ndarray) -> np.ndarray:
-    """pd.factorize's codes of `values`, computed once per run of equal values (accesses come in
-    long runs on one buffer)."""
-    if len(values) == 0:
-        return np.zeros(0, np.int64)
-    head = np.empty(len(values), bool)
-    head[0] = True
-    np.not_equal(values[1:], values[:-1], out=head[1:])
-    codes = pd.factorize(values[head])[0]
-    return codes[np.cumsum(head) - 1]
-
-
 def stable_order(keys: np.ndarray) -> np.ndarray:
     """np.argsort(keys, kind="stable") for non-negative integer keys, as two 16-bit radix passes
     when the keys fit in 32 bits (numpy sorts 16-bit integers by radix: linear time, where a

@@ -196,9 +196,7 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
                                            _dt.timezone.utc).isoformat(timespec="milliseconds")
     except (OverflowError, OSError, ValueError):
         start = ""
-    hooks = header.get("hooks_build", b"")
-    if isinstance(hooks, bytes):
-        hooks = hooks.decode("utf-8", "replace").rstrip("\0")
+    hooks = header.get("hooks_build", "")  # text: trace_file.parse_header decodes it
     out = [f"<!doctype html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
            f"<title>ggml-trace report: {_e(name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
            f"<h1>ggml-trace report: <code>{_e(name)}</code></h1>"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import factorize_runs, last_before, stable_order
+from .arrays import last_before, lookup, stable_order
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
 
@@ -95,7 +95,6 @@ class _Model:
         flags = (be["has_async"] | be["has_events"]).tolist()
         self.queues = sorted(set(_codes_of(self.bcats, [n for n, f in zip(backend_labels(be), flags) if f]).tolist()))
         on_queue = np.isin(self.bc, self.queues)
-        index = pd.Index(self.ids)
         a = t.accesses
         a_call = t.access_calls()
         keep = a_call >= 0
@@ -113,7 +112,7 @@ class _Model:
         self.dev_end = np.full(len(c), np.nan)  # NaN: no device time
         if len(dev):
             ends = dev.groupby("call_id")["t_end"].max()
-            pos = index.get_indexer(ends.index.to_numpy(np.uint64))
+            pos = lookup(self.ids, ends.index.to_numpy(np.uint64))
             self.dev_end[pos[pos >= 0]] = ends.to_numpy(np.float64)[pos >= 0]
         # each wait, the queue it drains and the point it drains to
         # a meta (tensor-parallel) backend's wait is the waits it makes on its devices: counted there
@@ -162,9 +161,8 @@ class _Model:
         if len(rec) == 0 or len(use) == 0:
             return
         handles, r_event = np.unique(self.obj[rec], return_inverse=True)  # an event's handle is obj
-        u_event = np.minimum(np.searchsorted(handles, self.obj[use]), len(handles) - 1)
-        known = handles[u_event] == self.obj[use]
-        use, u_event = use[known], u_event[known]
+        u_event = lookup(handles, self.obj[use])
+        use, u_event = use[u_event >= 0], u_event[u_event >= 0]
         t0 = min(int(self.t_begin[rec].min()), int(self.t_begin[use].min(initial=0)))
         # the latest record of the same event that began at or before the use began
         j = last_before(r_event, self.t_begin[rec] - t0, u_event, self.t_begin[use] - t0 + 1)
@@ -203,7 +201,7 @@ class _Model:
                              & ~(self.queued & (self.runs_on == q)), busy[np.maximum(after, 0)], -1)
         # judged on the ordering, not on this run's timing: work that happened to be done already
         # still needed the wait, if something after it conflicts
-        needed, conflict = self._conflicts(wk, later_seg, len(w))
+        needed, conflict = self._conflicts(work, seg, later_seg, len(w))
         # a copy into host memory: the program reads what it wrote after the wait, with plain loads
         # the trace cannot see (the program's own waits only: inside a graph the scheduler waits for
         # its own reasons)
@@ -242,11 +240,12 @@ class _Model:
                  for s in sets.tolist()]
         return pd.Series(np.asarray(names, dtype=object)[inverse], index=segs)
 
-    def _conflicts(self, work: pd.DataFrame, later_seg: np.ndarray, n: int):
+    def _conflicts(self, work: np.ndarray, seg: np.ndarray, later_seg: np.ndarray, n: int):
         """Per segment (n of them): whether an access of its drained work and one of the later calls
-        overlap in bytes, one writing; and the first such pair in words."""
+        overlap in bytes, one writing; and the first such pair in words. `work`: the drained calls,
+        in call order, and `seg` the segment of each."""
         needed, conflict = np.zeros(n, bool), np.full(n, None, dtype=object)
-        d, d_seg = self._accesses_of(work["call"].to_numpy(), work["seg"].to_numpy())
+        d, d_seg = self._accesses_of(work, seg)
         later = np.flatnonzero(later_seg >= 0)
         l, l_seg = self._accesses_of(later, later_seg[later])
         if len(d) == 0 or len(l) == 0:
@@ -348,7 +347,7 @@ def _buffer_codes(known: np.ndarray, buffers: np.ndarray) -> np.ndarray:
     code = known.get_indexer(buffers)
     miss = code < 0
     if miss.any():
-        code[miss] = len(known) + factorize_runs(buffers[miss])
+        code[miss] = len(known) + pd.factorize(buffers[miss])[0]
     return code
 
 

@@ -103,10 +103,9 @@ def _rename(col: pd.Series, shared: set, label: str) -> pd.Series:
 def _backend_names(t: Trace) -> set:
     names = set()
     for frame in t.frames().values():
-        if isinstance(frame, pd.DataFrame):
-            for c in BACKEND_COLUMNS:
-                if c in frame.columns:
-                    names.update(str(v) for v in frame[c].dropna().unique())
+        for c in BACKEND_COLUMNS:
+            if c in frame.columns:
+                names.update(str(v) for v in frame[c].dropna().unique())
     if "name" in t.backends.columns:
         names.update(str(v) for v in t.backends["name"].dropna().unique())
     return names

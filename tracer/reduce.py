@@ -125,10 +125,7 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
         shape = shape_of(finding, trace)
     except NotReducible as e:
         raise ReduceError(f"race {n} cannot be reduced: {e}") from None
-    hooks_build = trace.header.get("hooks_build") or ""
-    if isinstance(hooks_build, bytes):  # older headers: NUL-padded bytes
-        hooks_build = hooks_build.decode("utf-8", "replace").rstrip("\0")
-    build = build or hooks_build.removesuffix("-vulkan")
+    build = build or (trace.header.get("hooks_build") or "").removesuffix("-vulkan")
     if not build:
         raise ReduceError("the trace does not say which build made it: give --build NAME")
     latency = _latency_for(trace, finding, shape)
