@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -171,12 +172,34 @@ def sched_loop_record(tmp_path, *record_args):
     return proc, out
 
 
-def wait_for_computes(proc, n: int) -> int:
-    for line in proc.stdout:
-        k = int(line.split()[1])
-        if k >= n:
-            return k
-    raise AssertionError("the program ended early")
+class ComputeCounter:
+    """Reads the program's "computed K" lines as they come, to the end: a reader that stopped would
+    let the pipe fill, and the program would block in its next print with the ring still young
+    (on a fast machine, before any chunk is older than the ring keeps)."""
+
+    def __init__(self, proc):
+        self.last = -1
+        self.reached = threading.Condition()
+        self.thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stdout):
+        for line in stdout:
+            with self.reached:
+                self.last = int(line.split()[1])
+                self.reached.notify_all()
+        with self.reached:
+            self.reached.notify_all()
+
+    def wait_for(self, n: int, timeout: float = 120) -> None:
+        with self.reached:
+            ok = self.reached.wait_for(lambda: self.last >= n or not self.thread.is_alive(), timeout)
+        assert ok and self.last >= n, f"the program ended or stalled at compute {self.last}"
+
+    def seen(self) -> int:
+        """The last compute the program printed (after its output ended)."""
+        self.thread.join(timeout=60)
+        return self.last
 
 
 def child_of(pid: int) -> int:
@@ -191,7 +214,8 @@ def test_record_ring_on_a_real_program_with_check_signal_and_snapshot(tmp_path):
     proc, out = sched_loop_record(tmp_path, "--ring", "0.5", "--check", f"test ! -e {flag}", "--check-every",
                                   "0.2")
     try:
-        wait_for_computes(proc, 2000)
+        counter = ComputeCounter(proc)
+        counter.wait_for(2000)
         header = read_header(out)
         first_chunk = oldest_chunk_ns(out, header)
         program = child_of(proc.pid)
@@ -205,11 +229,13 @@ def test_record_ring_on_a_real_program_with_check_signal_and_snapshot(tmp_path):
         # the window must have moved on (the ring's first chunk recycled) before the kill: how soon
         # depends on how fast the loop writes on this machine
         deadline = time.monotonic() + 30
-        while oldest_chunk_ns(out, header) == first_chunk and time.monotonic() < deadline:
+        while (moved := oldest_chunk_ns(out, header) != first_chunk) is False and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert moved, f"the ring recycled nothing in 30 s (the program printed up to compute {counter.last})"
         os.kill(program, signal.SIGKILL)
-        rest, err = proc.communicate(timeout=60)
-        seen = int(rest.split()[-1])  # the last "computed K" it printed
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+        seen = counter.seen()  # the last "computed K" it printed
     finally:
         proc.kill()
     assert err.count("check failed (1): snapshot") == 1, err
