@@ -112,6 +112,7 @@ class Trace:
         of accesses needs, which the load makes once."""
         rows = self.__dict__.get("_access_calls")
         if rows is None:
+            self.calls  # the lookup is by the calls' ids
             loader = self.__dict__.get("_loader")
             rows = (loader.access_calls() if loader is not None else
                     lookup(self.calls["call_id"].to_numpy(np.uint64), self.accesses["call_id"].to_numpy(np.uint64)))

@@ -130,11 +130,14 @@ class _Model:
         of_written = written[a_buf]
         join = np.flatnonzero(keep)[of_written]
         # ... grouped by call (a call's accesses keep their order), so that the accesses of a set of
-        # calls are ranges: call c's are [a_start[c], a_start[c + 1]); a_order is the file order
-        by_call = stable_order(a_call[join])
-        self.a_order = by_call
-        join = join[by_call]
-        self.a_call, self.a_buf, self.a_write = a_call[join], a_buf[of_written][by_call], a_write[of_written][by_call]
+        # calls are ranges: call c's are [a_start[c], a_start[c + 1]); a_order is the file order.
+        # The loader's accesses come grouped so already (the order is then kept as it is)
+        self.a_call, self.a_buf, self.a_write = a_call[join], a_buf[of_written], a_write[of_written]
+        self.a_order = np.arange(len(join))
+        if np.any(self.a_call[1:] < self.a_call[:-1]):
+            by_call = stable_order(self.a_call)
+            self.a_order, join = by_call, join[by_call]
+            self.a_call, self.a_buf, self.a_write = self.a_call[by_call], self.a_buf[by_call], self.a_write[by_call]
         self.a_start = np.searchsorted(self.a_call, np.arange(len(c) + 1))
         self.a_off = a["offset"].to_numpy(np.uint64)[join]
         self.a_end = a["end"].to_numpy(np.uint64)[join]
@@ -254,32 +257,56 @@ class _Model:
         # of its key (segment, buffer), a drained read against the later writes. Later accesses that
         # can meet neither are left out before the join.
         n_buf = int(self.a_buf.max()) + 1
+        n_keys = n * n_buf
         key_d = d_seg * n_buf + self.a_buf[d]  # dense codes
         key_l = l_seg * n_buf + self.a_buf[l]
         dw, lw = self.a_write[d], self.a_write[l]
-        meets = np.zeros(2 * n * n_buf, bool)  # by key * 2 + (a later write)
-        meets[key_d[dw] * 2] = True            # a later read meets a drained write
-        meets[key_d * 2 + 1] = True            # a later write meets any drained access
+        meets = np.zeros(2 * n_keys, bool)  # by key * 2 + (a later write)
+        meets[key_d[dw] * 2] = True         # a later read meets a drained write
+        meets[key_d * 2 + 1] = True         # a later write meets any drained access
         keep = np.flatnonzero(meets[key_l * 2 + lw])
         l, key_l, lw = l[keep], key_l[keep], lw[keep]
         by_key = stable_order(key_l)
         writes = by_key[lw[by_key]]  # the later writes, still in key order
-        hit_d, hit_l, hit_seg = [], [], []
-        for rows, order in ((np.flatnonzero(dw), by_key), (np.flatnonzero(~dw), writes)):
-            i, j = _join(rows, key_d[rows], key_l, order)
-            dd, ll = d[i], l[j]
-            cd, cl = self.a_call[dd], self.a_call[ll]
-            same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
-            hit = (self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd]) & ~same_queue
-            hit_d.append(dd[hit]), hit_l.append(ll[hit]), hit_seg.append(d_seg[i[hit]])
-        dd, ll, sg = np.concatenate(hit_d), np.concatenate(hit_l), np.concatenate(hit_seg)
-        # each segment's first pair in file order: its first drained access, then the first later one
-        first = np.lexsort((self.a_order[ll], self.a_order[dd], sg))
-        sg, at = np.unique(sg[first], return_index=True)
-        needed[sg] = True
-        if len(sg):
-            dd, ll = dd[first[at]], ll[first[at]]
-            conflict[sg] = np.char.add(np.char.add(self._access(dd), " before "), self._access(ll)).tolist()
+        partners = {True: _KeyGroups(key_l, by_key, n_keys), False: _KeyGroups(key_l, writes, n_keys)}
+        # The drained accesses in rounds of growing rank within their segment (1, 2, 4, ...): a
+        # segment's first pair in file order lies among its first drained accesses, so a segment
+        # that conflicts leaves after the round that finds it, and only the segments that order
+        # nothing are joined in full. This holds when the drained accesses come by segment, each
+        # segment's in file order (as in every trace seen); otherwise one round holds them all.
+        order = self.a_order[d]
+        same = d_seg[1:] == d_seg[:-1]
+        if np.all(d_seg[1:] >= d_seg[:-1]) and np.all(order[1:][same] > order[:-1][same]):
+            rank = np.arange(len(d)) - np.searchsorted(d_seg, np.arange(n))[d_seg]
+        else:
+            rank = np.zeros(len(d), np.int64)
+        open_seg = np.ones(n, bool)
+        first_seg, first_d, first_l = [], [], []
+        left, upto = np.arange(len(d)), 1  # the drained accesses not joined yet; this round's ranks end
+        while len(left):
+            now = rank[left] < upto
+            rows, left = left[now], left[~now]
+            hit_d, hit_l, hit_seg = [], [], []
+            for write in (True, False):
+                i, j = partners[write].pairs(rows[dw[rows] == write], key_d)
+                dd, ll = d[i], l[j]
+                cd, cl = self.a_call[dd], self.a_call[ll]
+                same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
+                hit = (self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd]) & ~same_queue
+                hit_d.append(dd[hit]), hit_l.append(ll[hit]), hit_seg.append(d_seg[i[hit]])
+            dd, ll, sg = np.concatenate(hit_d), np.concatenate(hit_l), np.concatenate(hit_seg)
+            # each segment's first pair in file order: its first drained access, then the first later one
+            first = np.lexsort((self.a_order[ll], self.a_order[dd], sg))
+            sg, at = np.unique(sg[first], return_index=True)
+            needed[sg] = True
+            open_seg[sg] = False
+            first_seg.append(sg), first_d.append(dd[first[at]]), first_l.append(ll[first[at]])
+            left = left[open_seg[d_seg[left]]]
+            upto = 2 * upto + 1
+        if needed.any():
+            dd, ll = np.concatenate(first_d), np.concatenate(first_l)
+            words = np.char.add(np.char.add(self._access(dd), " before "), self._access(ll))
+            conflict[np.concatenate(first_seg)] = words.tolist()
         return needed, conflict
 
     def _accesses_of(self, calls: np.ndarray, value: np.ndarray):
@@ -367,16 +394,22 @@ def _last_and_pending(seg: np.ndarray, calls: np.ndarray, t: np.ndarray, pending
     return last, n_pending
 
 
-def _join(rows_a: np.ndarray, key_a: np.ndarray, key_b: np.ndarray, order_b: np.ndarray):
-    """Inner join on a key: the pairs (a row of `rows_a`, a position in key_b) whose keys are equal,
-    where order_b lists positions of key_b in key order (all of them, or some)."""
-    sorted_b = key_b[order_b]
-    n_keys = int(max(key_a.max(initial=-1), sorted_b.max(initial=-1))) + 1  # keys are dense codes
-    count = np.bincount(sorted_b, minlength=n_keys)
-    lo = (np.cumsum(count) - count)[key_a]
-    cnt = count[key_a]
-    i = np.repeat(rows_a, cnt)
-    return i, order_b[np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(len(i))]
+class _KeyGroups:
+    """Positions of `keys` (dense codes below n_keys) grouped by key: `order` lists the positions
+    to join (all of them, or some) in key order."""
+
+    def __init__(self, keys: np.ndarray, order: np.ndarray, n_keys: int):
+        self.order = order
+        self.count = np.bincount(keys[order], minlength=n_keys)
+        self.first = np.cumsum(self.count) - self.count
+
+    def pairs(self, rows_a: np.ndarray, key_a: np.ndarray):
+        """Inner join: the pairs (a row of `rows_a`, a position of the grouped keys) whose keys are
+        equal, key_a[row] being a row's key."""
+        k = key_a[rows_a]
+        cnt = self.count[k]
+        i = np.repeat(rows_a, cnt)
+        return i, self.order[np.repeat(self.first[k] - (np.cumsum(cnt) - cnt), cnt) + np.arange(len(i))]
 
 
 def _masked(values, keep: np.ndarray, dtype: str):

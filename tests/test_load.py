@@ -666,3 +666,4 @@ def test_frames_are_built_when_first_touched_and_the_same_in_any_order(path):
     ids = t.calls["call_id"].to_numpy(np.uint64)
     has = rows >= 0
     assert (ids[rows[has]] == t.accesses["call_id"].to_numpy(np.uint64)[has]).all()
+    assert (load(path).access_calls() == rows).all()  # asked first, before any frame
