@@ -77,6 +77,7 @@ void Call::commit() {
     r.t_end = now_ticks();
     id();
     commit_call(r);
+    maybe_clock_sync(r.t_end);
 }
 
 void commit_call(CallRec & r) {

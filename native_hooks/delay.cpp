@@ -240,7 +240,8 @@ void on_stream(void * arg) {
 void after_spin(void * arg) {
     StreamDelay * d = (StreamDelay *) arg;
     double tick = writer_ns_per_tick();
-    uint64_t now_ns = monotonic_ns(), now_t = now_ticks();
+    ClockPair now = clock_pair();  // both clocks at one moment: the conversion below rests on it
+    uint64_t now_ns = now.ns, now_t = now.ticks;
     auto to_ticks = [&](uint64_t gpu_ns) {
         int64_t host_ns = (int64_t) gpu_ns - d->gpu_minus_host;
         return (uint64_t) ((int64_t) now_t - (int64_t) (((int64_t) now_ns - host_ns) / tick));

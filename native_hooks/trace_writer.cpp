@@ -516,17 +516,16 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     h.chunk_size = CHUNK_SIZE;
     // Calibrate ticks against CLOCK_MONOTONIC over 2 ms; CLOCK records refine it during the run.
     timespec real;
-    uint64_t mono0 = monotonic_ns(), ticks0 = now_ticks();
+    ClockPair p0 = clock_pair();
     clock_gettime(CLOCK_REALTIME, &real);
-    uint64_t mono1, ticks1;
+    ClockPair p1;
     do {
-        mono1 = monotonic_ns();
-        ticks1 = now_ticks();
-    } while (mono1 - mono0 < 2000000);
-    h.t0_monotonic_ns = mono0;
+        p1 = clock_pair();
+    } while (p1.ns - p0.ns < 2000000);
+    h.t0_monotonic_ns = p0.ns;
     h.t0_realtime_ns = (uint64_t) real.tv_sec * 1000000000ull + (uint64_t) real.tv_nsec;
-    h.t0_ticks = ticks0;
-    h.ns_per_tick = ticks1 > ticks0 ? (double) (mono1 - mono0) / (double) (ticks1 - ticks0) : 1.0;
+    h.t0_ticks = p0.ticks;
+    h.ns_per_tick = p1.ticks > p0.ticks ? (double) (p1.ns - p0.ns) / (double) (p1.ticks - p0.ticks) : 1.0;
     g_writer.sync_interval_ticks = (uint64_t) (50e6 / h.ns_per_tick);
     g_writer.ns_per_tick = h.ns_per_tick;
     h.pid = (uint32_t) getpid();
@@ -577,17 +576,32 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     return true;
 }
 
-void maybe_clock_sync() {
-    uint64_t t = now_ticks();
+ClockPair clock_pair() {
+    ClockPair best{};
+    uint64_t best_span = UINT64_MAX;
+    for (int i = 0; i < 4; i++) {
+        uint64_t before = now_ticks();
+        uint64_t ns = monotonic_ns();
+        uint64_t after = now_ticks();
+        if (after - before < best_span) {
+            best_span = after - before;
+            best = ClockPair{before + (after - before) / 2, ns};
+        }
+    }
+    return best;
+}
+
+void maybe_clock_sync(uint64_t now) {
     uint64_t last = g_writer.last_sync_ticks.load(std::memory_order_relaxed);
-    if (t - last < g_writer.sync_interval_ticks ||
-        !g_writer.last_sync_ticks.compare_exchange_strong(last, t, std::memory_order_relaxed)) {
+    if (now - last < g_writer.sync_interval_ticks ||
+        !g_writer.last_sync_ticks.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
         return;
     }
+    ClockPair p = clock_pair();
     emit_record<ClockRec>(REC_CLOCK, [&](ClockRec & r) {
         r.thread = thread_index();
-        r.monotonic_ns = monotonic_ns();
-        r.ticks = now_ticks();
+        r.monotonic_ns = p.ns;
+        r.ticks = p.ticks;
     });
 }
 

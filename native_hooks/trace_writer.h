@@ -49,8 +49,17 @@ double writer_ns_per_tick();
 // Grows and maps the file ahead of time, up to `bytes` of records (waits for the grow threads).
 bool writer_reserve(uint64_t bytes);
 const char * writer_path();
-// Writes a CLOCK record if the last one is older than about 50 ms (cheap to call often).
-void maybe_clock_sync();
+// Writes a CLOCK record if the last one is older than about 50 ms (cheap to call often: every
+// call's end does, so that a program without a scheduler, an RPC server, is calibrated too).
+void maybe_clock_sync(uint64_t now = now_ticks());
+
+// A (ticks, CLOCK_MONOTONIC ns) pair taken as one moment: the clock read between two tick reads,
+// the tightest of a few tries. Read one after the other, a thread preempted between the two reads
+// pairs times a time slice apart, and every time calibrated on the pair shifts by as much.
+struct ClockPair {
+    uint64_t ticks, ns;
+};
+ClockPair clock_pair();
 
 // Asks the kernel to write the mapped pages to disk (they already survive a process crash).
 void writer_flush();
