@@ -64,6 +64,8 @@ class Loader:
         self.clock = raw.clock()
         self.strings = raw.strings
         self.a_call = None  # access_calls()
+        self.a_own = None  # access_record_columns()
+        self.a_lifetime = None  # each access's buffer lifetime, matched with its buffer and offset
 
     def rel(self, ticks: np.ndarray) -> np.ndarray:
         """Record times (ticks) -> int64 ns since the header's t0_monotonic_ns."""
@@ -356,38 +358,48 @@ class Loader:
             self.a_call = lookup(self.c_index, self.raw.accesses["call_id"])
         return self.a_call
 
+    # The columns of `accesses` that come from the access records themselves, not from their calls:
+    # what an analysis of the accesses (races, stalls) reads. Built alone when asked first, and
+    # then reused by the whole frame.
+    RECORD_COLUMNS = ("buffer", "offset", "size", "end", "mode", "tensor", "node")
+
+    def access_record_columns(self) -> dict:
+        if self.a_own is None:
+            a = self.raw.accesses
+            # Buffer records are written before the call ends, so match lifetimes at the call's
+            # end (accesses without a call: the latest lifetime).
+            t_end = take_filled(self.c_t_end, self.access_calls(), I64_MAX)
+            # Independent columns, side by side on the cores (each is whole-array numpy work).
+            (lt, buffer, offset), tensor, node = side_by_side(
+                lambda: self.resolve(a["buffer"].astype(np.uint64), a["offset"].astype(np.uint64), t_end),
+                lambda: self.names(a["tensor"]),
+                lambda: self.names(a["node"]))
+            size = a["size"].copy()
+            mlut = np.full(256, -1, np.int8)
+            mlut[[ACC_READ, ACC_WRITE]] = [0, 1]
+            self.a_lifetime = lt
+            self.a_own = {"buffer": buffer, "offset": offset, "size": size, "end": offset + size,
+                          "mode": with_codes(mlut[a["mode"]], pd.CategoricalDtype(MODES)),
+                          "tensor": tensor, "node": node}
+        return self.a_own
+
     def accesses(self) -> pd.DataFrame:
         a = self.raw.accesses
-        call_id = a["call_id"]
         rows = self.access_calls()
-        # Buffer records are written before the call ends, so match lifetimes at the call's
-        # end (accesses without a call: the latest lifetime).
-        t_end = take_filled(self.c_t_end, rows, I64_MAX)
-
-        def lifetimes():
-            return self.resolve(a["buffer"].astype(np.uint64), a["offset"].astype(np.uint64), t_end)
-
-        # Independent columns, side by side on the cores (each is whole-array numpy work).
-        (lt, buffer, offset), cc, tensor, node = side_by_side(
-            lifetimes,
-            lambda: self.call_columns(rows, ["kind", "backend", "sched", "graph", "split", "t_begin"]),
-            lambda: self.names(a["tensor"]),
-            lambda: self.names(a["node"]))
-        mode = a["mode"]
-        size = a["size"]
+        own, cc = side_by_side(
+            self.access_record_columns,
+            lambda: self.call_columns(rows, ["kind", "backend", "sched", "graph", "split", "t_begin"]))
         op, index = a["op"].astype(np.int64), a["index"].astype(np.int64)
-        mlut = np.full(256, -1, np.int8)
-        mlut[[ACC_READ, ACC_WRITE]] = [0, 1]
         return frame_of({
-            "call_id": call_id.copy(),
+            "call_id": a["call_id"].copy(),
             "kind": cc["kind"],
-            "mode": with_codes(mlut[mode], pd.CategoricalDtype(MODES)),
-            "buffer": buffer,
-            "offset": offset,
-            "size": size.copy(),
-            "end": offset + size,
-            "tensor": tensor,
-            "node": node,
+            "mode": own["mode"],
+            "buffer": own["buffer"],
+            "offset": own["offset"],
+            "size": own["size"],
+            "end": own["end"],
+            "tensor": own["tensor"],
+            "node": own["node"],
             "op": nullable(op, op == NONE32),
             "index": nullable(index, index == NONE32),
             "backend": cc["backend"],
@@ -396,7 +408,7 @@ class Loader:
             "graph": cc["graph"],
             "split": cc["split"],
             "t_begin": cc["t_begin"],
-            "t_end": nullable(t_end, rows < 0),
+            "t_end": nullable(take_filled(self.c_t_end, rows, I64_MAX), rows < 0),
         })
 
     def allocations(self) -> pd.DataFrame:

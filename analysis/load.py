@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pandas as pd
 
-from .arrays import kind_ids, lookup
+from .arrays import frame_of, kind_ids, lookup, pick_lifetime
 from .frames import SOURCE_PRIORITY, Loader, backend_labels
 from .kinds import SCHED_KINDS
 from .meta import recorded_env
@@ -119,6 +119,37 @@ class Trace:
             self._access_calls = rows
         return rows
 
+    def access_columns(self) -> pd.DataFrame:
+        """The columns of `accesses` that come from the access records themselves (buffer,
+        offset, size, end, mode, tensor, node), without the columns joined from their calls: what
+        an analysis of the accesses reads. Before the frame is built, they are built alone (and
+        the frame, if touched later, reuses them)."""
+        loader = self.__dict__.get("_loader")
+        if loader is None or "accesses" in self.__dict__:
+            return self.accesses[list(Loader.RECORD_COLUMNS)]
+        self.buffers, self.calls  # the lifetimes their buffers are matched to; the calls' ends
+        with self._lock:
+            return frame_of(loader.access_record_columns())
+
+    def access_lifetimes(self) -> np.ndarray:
+        """The row in `buffers` of each access's buffer lifetime (-1: a pointer without buffer
+        records, or host memory in no known buffer), matched at the access's call's end (the
+        latest lifetime for an access without a call): the load matches them with the accesses'
+        buffers, and every analysis by lifetime reuses them."""
+        rows = self.__dict__.get("_access_lifetimes")
+        loader = self.__dict__.get("_loader")
+        if rows is None and loader is not None:
+            self.access_columns()  # a loaded trace matches them here
+            rows = self._access_lifetimes = loader.a_lifetime
+        if rows is None:  # a trace made of frames (traces read together): match them on the frames
+            a, bf = self.accesses, self.buffers
+            t_end = a["t_end"].to_numpy(np.int64, na_value=np.iinfo(np.int64).max)
+            buffer = a["buffer"].to_numpy(np.uint64)
+            rows = pick_lifetime(bf["buffer"].to_numpy(np.uint64), bf["first_seen"].to_numpy(np.int64), buffer, t_end)
+            rows[buffer == 0] = -1
+            self._access_lifetimes = rows
+        return rows
+
     def frames(self) -> dict[str, pd.DataFrame]:
         """Every frame, by name (building those not built yet)."""
         return {name: getattr(self, name) for name in FRAME_NEEDS}
@@ -216,6 +247,10 @@ def _build_frame(ld: Loader, t: Trace, name: str) -> pd.DataFrame:
         return ld.delays(t.calls, t.device)
     if name == "gpu_samples":
         return ld.gpu_samples()
+    if name == "accesses":
+        frame = ld.accesses()
+        t._access_lifetimes = ld.a_lifetime  # matched on the way: kept for the analyses
+        return frame
     return getattr(ld, name)()  # threads, backends, buffers, calls, accesses, allocations
 
 

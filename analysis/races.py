@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .arrays import (bit_width, cat_codes, int_values, ints_or_none, last_before, lookup, nullable, objects_at,
-                     pick_lifetime, rank_in_group, take_int)
+                     rank_in_group, take_int)
 from .frames import backend_labels
 from .kinds import ENQUEUE_KINDS, HOST_WRITE_KINDS
 from .load import best_device_intervals
@@ -155,7 +155,6 @@ class _Analysis:
             return np.isin(self.c_kind, ids)
 
         # Accesses per call (a copy without any access was declined: nothing was queued).
-        acc = t.accesses
         ordinal = np.full(len(calls) + 1, -1, np.int64)  # of each call row; the extra slot: row -1
         ordinal[keep] = np.arange(n)
         self.a_ord_all = ordinal[t.access_calls()]
@@ -298,7 +297,7 @@ class _Analysis:
     # ---------------------------------------------------------------------------------------
     def accesses_setup(self) -> int:
         t = self.trace
-        acc = t.accesses
+        acc = t.access_columns()  # the accesses' own columns: none joined from their calls is read
         buffer = acc["buffer"].to_numpy(np.uint64)
         size = acc["size"].to_numpy(np.uint64)
         mode = cat_codes(acc["mode"])
@@ -314,15 +313,13 @@ class _Analysis:
         self.tensor_names = np.array(list(acc["tensor"].cat.categories), dtype=object)
         self.a_node = cat_codes(acc["node"])[keep]
         self.node_names = np.array(list(acc["node"].cat.categories), dtype=object)
-        # Buffer lifetime, matched at the call's end like the loader does; a pointer without
-        # any buffer record is one lifetime of its own.
-        bf = t.buffers
-        lt = pick_lifetime(bf["buffer"].to_numpy(np.uint64), bf["first_seen"].to_numpy(np.int64),
-                            self.a_buffer, self.c_t_end[self.a_ord])
+        # Buffer lifetime, as the load matched it (at the call's end); a pointer without any
+        # buffer record is one lifetime of its own.
+        lt = t.access_lifetimes()[keep].copy()
         miss = lt < 0
         if miss.any():
             _, u = np.unique(self.a_buffer[miss], return_inverse=True)
-            lt[miss] = len(bf) + u
+            lt[miss] = len(t.buffers) + u
         self.a_lt = lt.astype(np.int64)
         self.a_ev = self.work_ev[self.a_ord]
         return len(keep)

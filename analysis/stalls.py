@@ -95,7 +95,7 @@ class _Model:
         flags = (be["has_async"] | be["has_events"]).tolist()
         self.queues = sorted(set(_codes_of(self.bcats, [n for n, f in zip(backend_labels(be), flags) if f]).tolist()))
         on_queue = np.isin(self.bc, self.queues)
-        a = t.accesses
+        a = t.access_columns()  # the accesses' own columns: none joined from their calls is read
         a_call = t.access_calls()
         keep = a_call >= 0
         # queued work, and the queue that runs it: a copy from another queue runs on the source's,

@@ -667,3 +667,15 @@ def test_frames_are_built_when_first_touched_and_the_same_in_any_order(path):
     has = rows >= 0
     assert (ids[rows[has]] == t.accesses["call_id"].to_numpy(np.uint64)[has]).all()
     assert (load(path).access_calls() == rows).all()  # asked first, before any frame
+    # an analysis of the accesses reads their own columns, never built the whole frame for them
+    fresh = load(path)
+    own = fresh.access_columns()
+    assert "accesses" not in vars(fresh) and list(own.columns) == ["buffer", "offset", "size", "end", "mode", "tensor", "node"]
+    pd.testing.assert_frame_equal(own, t.accesses[list(own.columns)], check_exact=True)
+    pd.testing.assert_frame_equal(fresh.accesses, t.accesses, check_exact=True)  # the frame built after them
+    # each access's lifetime as the load matched it: its buffer's pointer, registered by then
+    lt = fresh.access_lifetimes()
+    has = lt >= 0
+    bf = t.buffers
+    assert (bf["buffer"].to_numpy(np.uint64)[lt[has]] == t.accesses["buffer"].to_numpy(np.uint64)[has]).all()
+    assert (bf["first_seen"].to_numpy(np.int64)[lt[has]] <= t.accesses["t_end"].to_numpy(np.int64, na_value=2**62)[has]).all()
