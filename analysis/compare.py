@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from .arrays import union_runs
-from .critical_path import critical_path, run_window
-from .load import Trace, best_device_intervals
+from .critical_path import critical_path, device_work, run_window
+from .load import Trace
 from .stalls import stalls, totals as stall_totals
 
 # Two single runs of one build and settings differed by up to 26 % in wall time on a busy 2-core VM
@@ -68,8 +68,7 @@ def run_totals(t: Trace, with_structure: bool = True) -> dict:
     c = t.calls
     kind = c["kind"]  # categorical: compared with names as it is
     graphs = c[kind == "sched_graph_compute"]
-    dev = best_device_intervals(t.device)
-    dev = dev[dev["backend"].notna()]
+    dev = device_work(t)
     t0, t_end = run_window(t, dev)
     wall = t_end - t0
     per_queue = [(g["t_begin"].to_numpy(np.int64), g["t_end"].to_numpy(np.int64))
@@ -82,7 +81,7 @@ def run_totals(t: Trace, with_structure: bool = True) -> dict:
     in_flight = _union_ns(span.to_numpy(np.int64), g_end.fillna(span).to_numpy(np.int64)) if len(span) else 0
     s = stalls(t)
     st = stall_totals(s, breakdown=False)
-    path = critical_path(t, s)
+    path = critical_path(t, s, dev)
     cp = t.copies
     structure = split_structure(t) if with_structure else None
     out = {

@@ -31,8 +31,9 @@ from .stalls import SYNC_COPY_KINDS, stalls
 def first_graph_ns(t: Trace) -> int:
     """When a run's first scheduler graph began (its first call, without any): where its wall time starts."""
     c = t.calls
-    graphs = c[c["kind"] == "sched_graph_compute"]
-    return int(graphs["t_begin"].min()) if len(graphs) else int(c["t_begin"].min()) if len(c) else 0
+    begin = c["t_begin"].to_numpy(np.int64)
+    graphs = begin[(c["kind"] == "sched_graph_compute").to_numpy()]
+    return int(graphs.min()) if len(graphs) else int(begin.min()) if len(begin) else 0
 
 
 def run_window(t: Trace, dev: pd.DataFrame) -> tuple[int, int]:
@@ -89,18 +90,25 @@ def _occupied(t: Trace, dev: pd.DataFrame) -> tuple[dict[str, _Busy], np.ndarray
     return out, queue
 
 
-def critical_path(t: Trace, st: pd.DataFrame | None = None) -> dict:
-    """{"wall_ns", "host_ns", "copies_ns", "waiting_ns", "devices": {backend: ns}} of one run (its
-    stalls frame may be given, to avoid computing it twice)."""
-    c = t.calls
-    graphs = c[c["kind"] == "sched_graph_compute"]
+def device_work(t: Trace) -> pd.DataFrame:
+    """The work that ran on a backend's device (best_device_intervals, rows with a backend)."""
     dev = best_device_intervals(t.device)
-    dev = dev[dev["backend"].notna()]
+    return dev[dev["backend"].notna()]
+
+
+def critical_path(t: Trace, st: pd.DataFrame | None = None, dev: pd.DataFrame | None = None) -> dict:
+    """{"wall_ns", "host_ns", "copies_ns", "waiting_ns", "devices": {backend: ns}} of one run (its
+    stalls frame and device_work may be given, to avoid computing them twice)."""
+    c = t.calls
     if not len(c):
         return {"wall_ns": 0, "host_ns": 0, "copies_ns": 0, "waiting_ns": 0, "devices": {}}
+    dev = device_work(t) if dev is None else dev
     t0, t_end = run_window(t, dev)
-    driver = int(graphs["thread"].mode().iloc[0]) if len(graphs) else int(c["thread"].mode().iloc[0])
-    host_end = int(c.loc[c["thread"] == driver, "t_end"].max())
+    thread = c["thread"].to_numpy(np.int64)
+    in_graphs = thread[(c["kind"] == "sched_graph_compute").to_numpy()]
+    ids, n = np.unique(in_graphs if len(in_graphs) else thread, return_counts=True)
+    driver = int(ids[n.argmax()])  # the thread that made most of them (the smallest of ties)
+    host_end = int(c["t_end"].to_numpy(np.int64)[thread == driver].max())
     busy, queue_of = _occupied(t, dev)
     devices = {name: 0 for name in busy}
 
