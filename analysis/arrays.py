@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .trace_format import KIND_IDS
 
@@ -18,6 +20,20 @@ def union_runs(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     b, e = b[o], np.maximum.accumulate(e[o])
     idx = np.flatnonzero(np.r_[True, b[1:] > e[:-1]])  # a run starts where all before it have ended
     return b[idx], np.r_[e[idx[1:] - 1], e[-1]]
+
+
+def join_text(*parts) -> np.ndarray:
+    """Element-wise concatenation of text parts (a str, or an array of text or of integers, all of
+    one length) into an object array of str: one arrow kernel for the whole row of parts, where
+    numpy's string additions make a fixed-width array per part."""
+    cols = []
+    for p in parts:
+        if isinstance(p, str):
+            cols.append(p)
+            continue
+        p = np.asarray(p)
+        cols.append(pa.array(p).cast(pa.string()) if p.dtype.kind in "iu" else pa.array(p.astype(object), pa.string()))
+    return pc.binary_join_element_wise(*cols, "").to_numpy(zero_copy_only=False)
 
 
 def kind_ids(kinds: list[str]) -> np.ndarray:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import last_before, lookup, stable_order
+from .arrays import join_text, last_before, lookup, stable_order
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
 
@@ -42,7 +42,7 @@ def stalls(t: Trace) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=d) for c, d in STALL_COLUMNS.items()})
     out = pd.concat(parts, ignore_index=True)
     out = out.sort_values(["t_begin", "call_id"], kind="stable").reset_index(drop=True)
-    out["boundary"] = _boundaries(t, out)
+    out["boundary"] = pd.Series(_boundaries(t, out), dtype=object, copy=False)
     return out.astype(STALL_COLUMNS)[list(STALL_COLUMNS)]
 
 
@@ -56,10 +56,10 @@ def _boundaries(t: Trace, s: pd.DataFrame) -> np.ndarray:
     start_t, start_g = start_t[order], c["graph"].to_numpy(np.int64, na_value=-1)[first][order]
     prev = np.searchsorted(start_t, s["t_begin"].to_numpy(np.int64), side="right") - 1
     graph, split = s["graph"].to_numpy(np.int64, na_value=-1), s["split"].to_numpy(np.int64, na_value=-1)
-    split_s = np.where(split >= 0, split.astype(str), "?")
-    inside = np.char.add(np.char.add(np.char.add("graph ", graph.astype(str)), " split "), split_s)
+    split_s = np.where(split >= 0, join_text(split), "?")
+    inside = join_text("graph ", graph, " split ", split_s)
     prev_g = start_g[np.maximum(prev, 0)] if len(start_g) else np.zeros(len(prev), np.int64)
-    between = np.where(prev >= 0, np.char.add("after graph ", prev_g.astype(str)), "before the first graph")
+    between = np.where(prev >= 0, join_text("after graph ", prev_g), "before the first graph")
     return np.where(s["graph"].notna().to_numpy(), inside, between).astype(object)
 
 
@@ -218,13 +218,9 @@ class _Model:
             graph = f" (graph {self.g[i]})" if self.g[i] >= 0 else ""
             conflict[sg] = (f"the program reads on the host what {self.backend_name(self.runs_on[i])} "
                             f"{self.kind_name(i)}{graph} wrote there")
-        out = pd.DataFrame({"i": w, "seg": np.arange(len(w))})
-        out["last"] = _masked(np.maximum(last, 0), last >= 0, "Int64")
-        out["pending"] = n_pending
-        out["via"] = out["seg"].map(via)
-        out["needed"] = needed
-        out["conflict"] = conflict
-        return self._rows(out, self.backend_name(q))
+        via_of = np.full(len(w), None, dtype=object)
+        via_of[via.index.to_numpy(np.int64)] = via.to_numpy(object)
+        return self._rows(w, last, n_pending, via_of, needed, conflict, self.backend_name(q))
 
     def _via(self, seg: np.ndarray, other: np.ndarray) -> pd.Series:
         """Per segment: the other queues its work came through, by name in code order, joined. As a
@@ -305,8 +301,7 @@ class _Model:
             upto = 2 * upto + 1
         if needed.any():
             dd, ll = np.concatenate(first_d), np.concatenate(first_l)
-            words = np.char.add(np.char.add(self._access(dd), " before "), self._access(ll))
-            conflict[np.concatenate(first_seg)] = words.tolist()
+            conflict[np.concatenate(first_seg)] = join_text(self._access(dd), " before ", self._access(ll))
         return needed, conflict
 
     def _accesses_of(self, calls: np.ndarray, value: np.ndarray):
@@ -320,50 +315,47 @@ class _Model:
         """'VDEV0 split 3 (graph 2) reads h' for each access in `a`, in whole-array string operations
         (one per needed wait: there can be thousands)."""
         ci = self.a_call[a]
-        kind = self.knames[self.kc[ci]].astype(str)
-        what = np.where(kind == "graph_compute", np.char.add("split ", self.sp[ci].astype(str)), kind)
+        kind = self.knames[self.kc[ci]]
+        what = np.where(kind == "graph_compute", join_text("split ", self.sp[ci]), kind)
         who = self.bnames[self.runs_on[ci]]
-        who = np.where(pd.isna(who), "the host", who).astype(str)
-        graph = np.where(self.g[ci] >= 0, np.char.add(np.char.add(" (graph ", self.g[ci].astype(str)), ")"), "")
+        who = np.where(pd.isna(who), "the host", who)
+        graph = np.where(self.g[ci] >= 0, join_text(" (graph ", self.g[ci], ")"), "")
         mode = np.where(self.a_write[a], " writes ", " reads ")
         tc = self.a_tensor[self.a_row[a]].astype(np.int64)
-        tensor = np.where(tc >= 0, self.a_tcats[np.maximum(tc, 0)].astype(str), "?")
-        out = who
-        for part in (" ", what, graph, mode, tensor):
-            out = np.char.add(out, part)
-        return out
+        tensor = np.where(tc >= 0, self.a_tcats[np.maximum(tc, 0)], "?")
+        return join_text(who, " ", what, graph, mode, tensor)
 
-    def _rows(self, out: pd.DataFrame, q) -> pd.DataFrame:
-        i = out["i"].to_numpy()
-        last = out["last"].astype("Int64")
-        has = last.notna().to_numpy()
-        li = last.fillna(0).to_numpy(np.int64)
+    def _rows(self, i: np.ndarray, last: np.ndarray, pending: np.ndarray, via: np.ndarray, needed: np.ndarray,
+              conflict: np.ndarray, q) -> pd.DataFrame:
+        """The stalls frame's rows of the waits `i` (calls), each with the call it waited for last
+        (-1: none), its pending count, via, needed and conflict."""
+        has = last >= 0
+        li = np.maximum(last, 0)
         end = self.dev_end[li]
-        return pd.DataFrame({
+        return _frame({
             "call_id": self.ids[i], "kind": self.kind_name(i), "thread": self.thread[i], "t_begin": self.t_begin[i],
-            "t_end": self.t_end[i], "blocked_ns": self.t_end[i] - self.t_begin[i], "backend": q,
+            "t_end": self.t_end[i], "blocked_ns": self.t_end[i] - self.t_begin[i], "backend": np.full(len(i), q, object),
             "graph": self.graph[i], "split": self.split[i],
             "waited_call_id": _masked(self.ids[li], has, "UInt64"),
             "waited_kind": np.where(has, self.kind_name(li), None),
             "waited_graph": _masked(self.graph[li], has, "Int64"),
             "waited_split": _masked(self.split[li], has, "Int64"),
             "waited_end": _masked(np.nan_to_num(end).astype(np.int64), has & ~np.isnan(end), "Int64"),
-            "via": out["via"].to_numpy(object), "pending": out["pending"].to_numpy(),
-            "needed": out["needed"].to_numpy(), "avoidable": ~out["needed"].to_numpy(),
-            "conflict": out["conflict"].to_numpy(object),
+            "via": via, "pending": pending, "needed": needed, "avoidable": ~needed, "conflict": conflict,
         })
 
     def sync_copies(self) -> pd.DataFrame:
         i = np.flatnonzero(self.kind_in(SYNC_COPY_KINDS) & ~self.meta_parent)
         n = len(i)
-        return pd.DataFrame({
+        none = np.full(n, None, object)
+        return _frame({
             "call_id": self.ids[i], "kind": self.kind_name(i), "thread": self.thread[i], "t_begin": self.t_begin[i],
             "t_end": self.t_end[i], "blocked_ns": self.t_end[i] - self.t_begin[i], "backend": self.backend_name(self.bc[i]),
             "graph": self.graph[i], "split": self.split[i],
-            "waited_call_id": pd.array([pd.NA] * n, dtype="UInt64"), "waited_kind": [None] * n,
+            "waited_call_id": pd.array([pd.NA] * n, dtype="UInt64"), "waited_kind": none,
             "waited_graph": pd.array([pd.NA] * n, dtype="Int64"), "waited_split": pd.array([pd.NA] * n, dtype="Int64"),
-            "waited_end": pd.array([pd.NA] * n, dtype="Int64"), "via": [None] * n, "pending": np.zeros(n, np.int64),
-            "needed": pd.array([pd.NA] * n, dtype="boolean"), "avoidable": np.zeros(n, bool), "conflict": [None] * n,
+            "waited_end": pd.array([pd.NA] * n, dtype="Int64"), "via": none, "pending": np.zeros(n, np.int64),
+            "needed": pd.array([pd.NA] * n, dtype="boolean"), "avoidable": np.zeros(n, bool), "conflict": none,
         }) if n else pd.DataFrame()
 
 
@@ -410,6 +402,13 @@ class _KeyGroups:
         cnt = self.count[k]
         i = np.repeat(rows_a, cnt)
         return i, self.order[np.repeat(self.first[k] - (np.cumsum(cnt) - cnt), cnt) + np.arange(len(i))]
+
+
+def _frame(columns: dict) -> pd.DataFrame:
+    """A part of the stalls frame with its columns' dtypes (STALL_COLUMNS) from the start: text
+    columns stay object arrays (pandas would otherwise infer its string dtype, then convert back)."""
+    return pd.DataFrame({c: pd.Series(np.asarray(v, dtype=object), dtype=object, copy=False)
+                         if STALL_COLUMNS[c] == "object" else v for c, v in columns.items()}, copy=False)
 
 
 def _masked(values, keep: np.ndarray, dtype: str):
