@@ -123,7 +123,8 @@ class _Model:
         self._events()
         # the accesses the judgement joins: only those of buffers that something writes (two reads
         # never conflict; the weights are read only), as (buffer code, bytes, mode, tensor)
-        a_buf = _buffer_codes(t.buffers["buffer"].to_numpy(np.uint64), a["buffer"].to_numpy(np.uint64)[keep])
+        a_buf = _buffer_codes(t.buffers["buffer"].to_numpy(np.uint64), t.access_lifetimes()[keep],
+                              a["buffer"].to_numpy(np.uint64)[keep])
         modes = pd.Index(a["mode"].cat.categories)
         a_write = (a["mode"].cat.codes.to_numpy() == modes.get_indexer(["write"])[0])[keep]
         written = np.bincount(a_buf[a_write], minlength=int(a_buf.max(initial=0)) + 1) > 0
@@ -359,12 +360,15 @@ class _Model:
         }) if n else pd.DataFrame()
 
 
-def _buffer_codes(known: np.ndarray, buffers: np.ndarray) -> np.ndarray:
-    """A code per access's buffer (the join's key): its place among the buffers the trace
-    registered (a hash lookup among few); the others (a pointer never registered) after them."""
-    known = pd.Index(np.unique(known))
-    code = known.get_indexer(buffers)
-    miss = code < 0
+def _buffer_codes(pointers: np.ndarray, lifetime: np.ndarray, buffers: np.ndarray) -> np.ndarray:
+    """A code per access's buffer (the join's key): its place among the pointers the trace
+    registered (`pointers`: of each buffer lifetime), through the lifetime the load matched it to;
+    the others (a pointer never registered, host memory in no known buffer) after them."""
+    known, of_lifetime = np.unique(pointers, return_inverse=True)
+    code = np.full(len(lifetime), -1, np.int64)
+    has = lifetime >= 0
+    code[has] = of_lifetime.reshape(-1)[lifetime[has]]
+    miss = ~has
     if miss.any():
         code[miss] = len(known) + pd.factorize(buffers[miss])[0]
     return code
