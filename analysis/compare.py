@@ -75,7 +75,9 @@ def run_totals(t: Trace, with_structure: bool = True) -> dict:
                  for _, g in dev.groupby(dev["backend"].astype(str))]
     busy = sum(_union_ns(b, e) for b, e in per_queue)
     # a graph is in flight from its host call to the end of its last work on a device
-    g_end = pd.concat([c[["graph", "t_end"]], dev[["graph", "t_end"]]]).dropna().groupby("graph")["t_end"].max()
+    g = np.r_[c["graph"].to_numpy(np.int64, na_value=-1), dev["graph"].to_numpy(np.int64, na_value=-1)]
+    ends = np.r_[c["t_end"].to_numpy(np.int64), dev["t_end"].to_numpy(np.int64)]
+    g_end = pd.Series(ends[g >= 0]).groupby(g[g >= 0]).max()
     span = graphs.dropna(subset=["graph"]).set_index("graph")["t_begin"]
     g_end = g_end.reindex(span.index)
     in_flight = _union_ns(span.to_numpy(np.int64), g_end.fillna(span).to_numpy(np.int64)) if len(span) else 0

@@ -74,9 +74,13 @@ def _occupied(t: Trace, dev: pd.DataFrame) -> tuple[dict[str, _Busy], np.ndarray
     b = t.backends
     is_async = set(b.loc[b["has_async"] | b["has_events"], "name"].astype(str))
     dest = dev["backend"].astype(str).to_numpy(object)
-    src = np.where(found, c["backend2"].astype(object).to_numpy()[at], None)
-    kind = np.where(found, c["kind"].astype(object).to_numpy()[at], None)
-    peer = (kind == "cpy_tensor_async") & np.isin(src.astype(str), list(is_async))
+    # the enqueuing calls' kinds and sources, by their codes (not the whole columns as text)
+    b2 = c["backend2"]
+    b2_code = np.where(found, b2.cat.codes.to_numpy()[at], -1)
+    src = np.append(np.asarray(b2.cat.categories.astype(str), dtype=object), None)[b2_code]
+    cpy = c["kind"].cat.categories.get_indexer(["cpy_tensor_async"])[0]
+    kind_code = np.where(found, c["kind"].cat.codes.to_numpy()[at], -1)
+    peer = (cpy >= 0) & (kind_code == cpy) & np.isin(src.astype(str), list(is_async))
     queue = np.where(peer, src, dest).astype(str)
     begin, end = dev["t_begin"].to_numpy(np.int64), dev["t_end"].to_numpy(np.int64)
     start = np.minimum(np.where(found, c["t_begin"].to_numpy(np.int64)[at], 0), begin)
