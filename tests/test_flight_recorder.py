@@ -16,6 +16,7 @@ from conftest import built_program, ggml_trace
 from ggml_trace.analysis import load
 from ggml_trace.analysis.ring import _window_start, oldest_chunk_ns
 from ggml_trace.analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_header, read_trace_file
+from ggml_trace.analysis.trace_format import CHUNK_RING, TraceFormatError
 from ggml_trace.tracer import snapshots
 
 RING_WRITER = built_program("b10531", "ring-writer")
@@ -33,7 +34,11 @@ def assert_whole_window(raw, threads: int):
     numbers = per_thread_numbers(raw)
     assert len(numbers) == threads
     for t, n in numbers.items():
-        assert len(n) > 0 and (np.diff(n) == 1).all(), f"thread {t}: calls missing inside the window"
+        gaps = [(int(n[i]), int(n[i + 1])) for i in np.flatnonzero(np.diff(n) != 1)[:5]]
+        ring = raw.chunks[(raw.chunks["region"] == CHUNK_RING) & (raw.chunks["thread"] == t)]
+        # what a failure needs to be understood: where the calls stop and resume, and the thread's chunks
+        assert len(n) > 0 and not gaps, (f"thread {t}: calls missing inside the window between {gaps}; its ring "
+                                         f"chunks' ordinals {sorted(ring['ordinal'].tolist())}, window {raw.ring}")
     acc = raw.accesses
     assert np.isin(acc["call_id"], raw.calls["call_id"]).all()
     # each call's access follows it in the same thread; only the newest call may lack it (still being written)
@@ -120,17 +125,30 @@ def test_a_crash_keeps_the_window(tmp_path):
     assert_whole_window(raw, 2)
 
 
+def threads_writing(path) -> int:
+    """How many writer threads have calls in the file so far (0 while it has no header yet)."""
+    try:
+        return len(per_thread_numbers(read_trace_file(path)))
+    except (OSError, TraceFormatError):
+        return 0
+
+
 def test_live_reads_and_snapshots_of_a_ring_being_recycled(tmp_path):
     """Read while three threads write and recycle it (~75 MB/s): every read and snapshot is consistent."""
     out = tmp_path / "ring.ggmltrace"
-    proc = subprocess.Popen([RING_WRITER, out, "6", "3", "100", str(32 << 20), "200"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([RING_WRITER, out, "15", "3", "100", str(32 << 20), "200"], stdout=subprocess.PIPE,
                             text=True)
     try:
-        time.sleep(1.0)
+        # every thread writing, whatever this machine's pace (not a fixed wait)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and threads_writing(out) < 3:
+            time.sleep(0.2)
         snaps = []
         for _ in range(3):
             assert_whole_window(read_trace_file(out), 3)  # strict: no damage from torn chunks
             snaps.append(snapshots.take(out))
+        # the reads and copies were of a ring being written: the writer (15 s) outlived them
+        assert proc.poll() is None, "the writer ended before the reads and snapshots were done (a very slow machine)"
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()
