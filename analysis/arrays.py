@@ -36,6 +36,13 @@ def join_text(*parts) -> np.ndarray:
     return pc.binary_join_element_wise(*cols, "").to_numpy(zero_copy_only=False)
 
 
+def expand_ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The positions of ranges, one range after the other: start[k], start[k] + 1, ...,
+    start[k] + count[k] - 1 for each k."""
+    first = np.cumsum(count) - count  # where each range begins in the result
+    return np.repeat(start - first, count) + np.arange(int(count.sum()))
+
+
 def kind_ids(kinds: list[str]) -> np.ndarray:
     return np.array([KIND_IDS[k] for k in kinds], np.uint8)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import join_text, last_before, lookup, stable_order
+from .arrays import expand_ranges, join_text, last_before, lookup, stable_order
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
 
@@ -309,8 +309,7 @@ class _Model:
         """The (joined) accesses of `calls` (in call order), and for each the value of its call."""
         start = self.a_start[calls]
         count = self.a_start[calls + 1] - start
-        first = np.cumsum(count) - count  # where each call's accesses begin in the result
-        return np.repeat(start - first, count) + np.arange(int(count.sum())), np.repeat(value, count)
+        return expand_ranges(start, count), np.repeat(value, count)
 
     def _access(self, a: np.ndarray) -> np.ndarray:
         """'VDEV0 split 3 (graph 2) reads h' for each access in `a`, in whole-array string operations
@@ -404,8 +403,7 @@ class _KeyGroups:
         equal, key_a[row] being a row's key."""
         k = key_a[rows_a]
         cnt = self.count[k]
-        i = np.repeat(rows_a, cnt)
-        return i, self.order[np.repeat(self.first[k] - (np.cumsum(cnt) - cnt), cnt) + np.arange(len(i))]
+        return np.repeat(rows_a, cnt), self.order[expand_ranges(self.first[k], cnt)]
 
 
 def _frame(columns: dict) -> pd.DataFrame:
