@@ -22,18 +22,45 @@ def union_runs(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return b[idx], np.r_[e[idx[1:] - 1], e[-1]]
 
 
+def _arrow_text(p):
+    """A text part as arrow: a str stays a scalar; integers are written in decimal."""
+    if isinstance(p, str):
+        return pa.scalar(p, pa.string())
+    if isinstance(p, (pa.Array, pa.ChunkedArray)):
+        return p
+    p = np.asarray(p)
+    return pa.array(p).cast(pa.string()) if p.dtype.kind in "iu" else pa.array(p.astype(object), pa.string())
+
+
+def arrow_text(*parts) -> pa.Array:
+    """Element-wise concatenation of text parts (a str, an arrow string array, or an array of text
+    or of integers, all of one length) as an arrow string array: one kernel for the whole row of
+    parts, where numpy's string additions make a fixed-width array per part."""
+    return pc.binary_join_element_wise(*map(_arrow_text, parts), "")
+
+
 def join_text(*parts) -> np.ndarray:
-    """Element-wise concatenation of text parts (a str, or an array of text or of integers, all of
-    one length) into an object array of str: one arrow kernel for the whole row of parts, where
-    numpy's string additions make a fixed-width array per part."""
-    cols = []
-    for p in parts:
-        if isinstance(p, str):
-            cols.append(p)
-            continue
-        p = np.asarray(p)
-        cols.append(pa.array(p).cast(pa.string()) if p.dtype.kind in "iu" else pa.array(p.astype(object), pa.string()))
-    return pc.binary_join_element_wise(*cols, "").to_numpy(zero_copy_only=False)
+    """arrow_text's concatenation as an object array of str."""
+    return arrow_text(*parts).to_numpy(zero_copy_only=False)
+
+
+def choose_text(cond: np.ndarray, a, b) -> pa.Array:
+    """Element-wise `a` where `cond`, else `b` (each a text part as arrow_text takes it)."""
+    return pc.if_else(pa.array(np.asarray(cond, bool)), _arrow_text(a), _arrow_text(b))
+
+
+def take_text(names, codes: np.ndarray) -> pa.Array:
+    """names[codes] as an arrow string array, without a Python string per element (code -1:
+    the last name, as numpy would take it)."""
+    codes = np.asarray(codes, np.int64)
+    return pa.array(list(names), pa.string()).take(pa.array(np.where(codes < 0, len(names) + codes, codes)))
+
+
+def join_runs(text: pa.Array, starts: np.ndarray, sep: str) -> np.ndarray:
+    """The text of each run [starts[k], starts[k + 1]) (the last to the end), joined with `sep`,
+    as an object array of str."""
+    offsets = pa.array(np.append(starts, len(text)).astype(np.int32))
+    return pc.binary_join(pa.ListArray.from_arrays(offsets, text), sep).to_numpy(zero_copy_only=False)
 
 
 def expand_ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import union_runs
+from .arrays import join_runs, take_text, union_runs
 from .critical_path import critical_path, device_work, run_window
 from .load import Trace
 from .stalls import stalls, totals as stall_totals
@@ -50,37 +50,48 @@ def _overlap_ns(per_queue: list[tuple[np.ndarray, np.ndarray]]) -> int:
     return int(np.diff(ev[:, 0])[busy[:-1] >= 2].sum())
 
 
+def _count_kinds(kind: pd.Series, names: list[str]) -> int:
+    """How many rows of a categorical kind column are of one of `names` (compared by code)."""
+    codes = kind.cat.categories.get_indexer(names)
+    return int(np.isin(kind.cat.codes.to_numpy(), codes[codes >= 0]).sum())
+
+
 def split_structure(t: Trace) -> pd.Series:
     """Per graph, its splits' backends in order, joined: "CPU,VDEV0,CPU"."""
-    sp = t.splits.dropna(subset=["graph"])
-    if not len(sp):
+    sp = t.splits
+    graph = sp["graph"].to_numpy(np.int64, na_value=-1)
+    keep = np.flatnonzero(graph >= 0)
+    if not len(keep):
         return pd.Series(dtype=object)
-    order = np.lexsort((sp["split"].to_numpy(np.int64), sp["graph"].to_numpy(np.int64)))
-    g = sp["graph"].to_numpy(np.int64)[order]
-    names = sp["backend"].astype(str).to_numpy(object)[order]
+    order = keep[np.lexsort((sp["split"].to_numpy(np.int64)[keep], graph[keep]))]
+    g = graph[order]
     starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    ends = np.r_[starts[1:], len(g)]
-    return pd.Series([",".join(names[a:b]) for a, b in zip(starts.tolist(), ends.tolist())], index=g[starts])
+    backend = sp["backend"]
+    names = take_text([*backend.cat.categories.astype(str), "?"], backend.cat.codes.to_numpy()[order])  # -1: none
+    return pd.Series(join_runs(names, starts, ","), index=g[starts], dtype=object)
 
 
 def run_totals(t: Trace, with_structure: bool = True) -> dict:
     """One run's totals (TIMES and COUNTS, ns and counts) and its graphs' split structure."""
     c = t.calls
-    kind = c["kind"]  # categorical: compared with names as it is
-    graphs = c[kind == "sched_graph_compute"]
     dev = device_work(t)
     t0, t_end = run_window(t, dev)
     wall = t_end - t0
-    per_queue = [(g["t_begin"].to_numpy(np.int64), g["t_end"].to_numpy(np.int64))
-                 for _, g in dev.groupby(dev["backend"].astype(str))]
+    queue = dev["backend"].cat.codes.to_numpy()
+    d_begin, d_end = dev["t_begin"].to_numpy(np.int64), dev["t_end"].to_numpy(np.int64)
+    per_queue = [(d_begin[queue == q], d_end[queue == q]) for q in np.unique(queue)]
     busy = sum(_union_ns(b, e) for b, e in per_queue)
-    # a graph is in flight from its host call to the end of its last work on a device
-    g = np.r_[c["graph"].to_numpy(np.int64, na_value=-1), dev["graph"].to_numpy(np.int64, na_value=-1)]
-    ends = np.r_[c["t_end"].to_numpy(np.int64), dev["t_end"].to_numpy(np.int64)]
-    g_end = pd.Series(ends[g >= 0]).groupby(g[g >= 0]).max()
-    span = graphs.dropna(subset=["graph"]).set_index("graph")["t_begin"]
-    g_end = g_end.reindex(span.index)
-    in_flight = _union_ns(span.to_numpy(np.int64), g_end.fillna(span).to_numpy(np.int64)) if len(span) else 0
+    # a graph is in flight from its host call to the end of its last work on a device (or of the call)
+    c_graph = c["graph"].to_numpy(np.int64, na_value=-1)
+    is_graph = (c["kind"] == "sched_graph_compute").to_numpy()
+    numbered = is_graph & (c_graph >= 0)
+    span_g, span_b = c_graph[numbered], c["t_begin"].to_numpy(np.int64)[numbered]
+    g = np.r_[c_graph, dev["graph"].to_numpy(np.int64, na_value=-1)]
+    ends = np.r_[c["t_end"].to_numpy(np.int64), d_end][g >= 0]
+    graph_ids, of_graph = np.unique(g[g >= 0], return_inverse=True)
+    g_end = np.full(len(graph_ids), np.iinfo(np.int64).min)
+    np.maximum.at(g_end, of_graph, ends)
+    in_flight = _union_ns(span_b, g_end[np.searchsorted(graph_ids, span_g)]) if len(span_g) else 0
     s = stalls(t)
     st = stall_totals(s, breakdown=False)
     path = critical_path(t, s, dev)
@@ -93,9 +104,10 @@ def run_totals(t: Trace, with_structure: bool = True) -> dict:
         # the critical path along the driving host thread (analysis/critical_path.py)
         "critical_host_ns": path["host_ns"] + path["copies_ns"], "critical_device_ns": sum(path["devices"].values()),
         "critical_waiting_ns": path["waiting_ns"],
-        "graphs": int(len(graphs)), "splits": int(len(t.splits)), "copies": int(len(cp)),
-        "copy_bytes": int(cp["bytes"].sum()), "synchronizations": int(kind.isin(["synchronize", "event_synchronize"]).sum()),
-        "event_records": int((kind == "event_record").sum()), "event_waits": int((kind == "event_wait").sum()),
+        "graphs": int(is_graph.sum()), "splits": int(len(t.splits)), "copies": int(len(cp)),
+        "copy_bytes": int(cp["bytes"].sum()), "synchronizations": _count_kinds(c["kind"], ["synchronize", "event_synchronize"]),
+        "event_records": _count_kinds(c["kind"], ["event_record"]),
+        "event_waits": _count_kinds(c["kind"], ["event_wait"]),
         "avoidable_waits": st["avoidable_calls"],
     }
     return {"totals": out, "structure": structure, "critical_path": path}

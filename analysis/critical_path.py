@@ -71,17 +71,19 @@ def _occupied(t: Trace, dev: pd.DataFrame) -> tuple[dict[str, _Busy], np.ndarray
     c = t.calls
     row = lookup(c["call_id"].to_numpy(np.uint64), dev["call_id"].to_numpy(np.uint64))  # the enqueuing call
     found, at = row >= 0, np.maximum(row, 0)
+    # queues by code: the devices' backends, then the copies' other sources
+    b2 = c["backend2"].cat
+    names = dev["backend"].cat.categories.astype(str)
+    names = names.append(b2.categories.astype(str).difference(names))
+    dest = names.get_indexer(dev["backend"].cat.categories.astype(str))[dev["backend"].cat.codes.to_numpy()]
+    b2_code = np.where(found, b2.codes.to_numpy()[at], -1)
+    src = np.where(b2_code >= 0, names.get_indexer(b2.categories.astype(str))[np.maximum(b2_code, 0)], -1)
     b = t.backends
-    is_async = set(b.loc[b["has_async"] | b["has_events"], "name"].astype(str))
-    dest = dev["backend"].astype(str).to_numpy(object)
-    # the enqueuing calls' kinds and sources, by their codes (not the whole columns as text)
-    b2 = c["backend2"]
-    b2_code = np.where(found, b2.cat.codes.to_numpy()[at], -1)
-    src = np.append(np.asarray(b2.cat.categories.astype(str), dtype=object), None)[b2_code]
+    is_async = names.get_indexer(b.loc[b["has_async"] | b["has_events"], "name"].astype(str))
     cpy = c["kind"].cat.categories.get_indexer(["cpy_tensor_async"])[0]
     kind_code = np.where(found, c["kind"].cat.codes.to_numpy()[at], -1)
-    peer = (cpy >= 0) & (kind_code == cpy) & np.isin(src.astype(str), list(is_async))
-    queue = np.where(peer, src, dest).astype(str)
+    peer = (cpy >= 0) & (kind_code == cpy) & (src >= 0) & np.isin(src, is_async[is_async >= 0])
+    queue = np.where(peer, src, dest)
     begin, end = dev["t_begin"].to_numpy(np.int64), dev["t_end"].to_numpy(np.int64)
     start = np.minimum(np.where(found, c["t_begin"].to_numpy(np.int64)[at], 0), begin)
     out = {}
@@ -90,8 +92,8 @@ def _occupied(t: Trace, dev: pd.DataFrame) -> tuple[dict[str, _Busy], np.ndarray
         sel = sel[np.argsort(end[sel], kind="stable")]
         prev_end = np.r_[np.iinfo(np.int64).min, end[sel][:-1]]
         occ = np.minimum(np.maximum(start[sel], prev_end), begin[sel])
-        out[str(q)] = _Busy(occ, end[sel])
-    return out, queue
+        out[names[q]] = _Busy(occ, end[sel])
+    return out, np.asarray(names, dtype=object)[queue]
 
 
 def device_work(t: Trace) -> pd.DataFrame:
@@ -117,17 +119,18 @@ def critical_path(t: Trace, st: pd.DataFrame | None = None, dev: pd.DataFrame | 
     devices = {name: 0 for name in busy}
 
     st = stalls(t) if st is None else st
-    st = st[(st["thread"] == driver) & (st["t_end"] > t0)].sort_values("t_begin", kind="stable")
-    b = np.maximum(st["t_begin"].to_numpy(np.int64), t0)
     e = st["t_end"].to_numpy(np.int64)
+    rows = np.flatnonzero((st["thread"].to_numpy(np.int64) == driver) & (e > t0))
+    rows = rows[np.argsort(st["t_begin"].to_numpy(np.int64)[rows], kind="stable")]
+    b, e = np.maximum(st["t_begin"].to_numpy(np.int64)[rows], t0), e[rows]
     b = np.maximum(b, np.r_[t0, np.maximum.accumulate(e)[:-1]])  # nested or overlapping: each instant once
     e = np.maximum(e, b)
     span = e - b
-    copy = st["kind"].isin(SYNC_COPY_KINDS).to_numpy()
+    copy = st["kind"].isin(SYNC_COPY_KINDS).to_numpy()[rows]
     copies = int(span[copy].sum())
     waiting = 0
-    queue = st["backend"].astype(object).to_numpy()
-    via = st["via"].astype(object).to_numpy()
+    queue = st["backend"].astype(object).to_numpy()[rows]
+    via = st["via"].astype(object).to_numpy()[rows]
     for q in pd.unique(queue[~copy]):
         on_q = ~copy & (queue == q)
         cq = busy[q].covered(b[on_q], e[on_q]) if q in busy else np.zeros(int(on_q.sum()), np.int64)

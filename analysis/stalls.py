@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import expand_ranges, join_text, last_before, lookup, stable_order
+from .arrays import (arrow_text, choose_text, expand_ranges, join_text, last_before, lookup, stable_order,
+                     take_text)
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
 
@@ -42,8 +43,10 @@ def stalls(t: Trace) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=d) for c, d in STALL_COLUMNS.items()})
     out = pd.concat(parts, ignore_index=True)
     out = out.sort_values(["t_begin", "call_id"], kind="stable").reset_index(drop=True)
-    out["boundary"] = pd.Series(_boundaries(t, out), dtype=object, copy=False)
-    return out.astype(STALL_COLUMNS)[list(STALL_COLUMNS)]
+    out.insert(list(STALL_COLUMNS).index("boundary"), "boundary",
+               pd.Series(_boundaries(t, out), dtype=object, copy=False))
+    differ = {c: d for c, d in STALL_COLUMNS.items() if str(out[c].dtype) != d}  # the parts are built typed
+    return out.astype(differ) if differ else out
 
 
 def _boundaries(t: Trace, s: pd.DataFrame) -> np.ndarray:
@@ -56,11 +59,12 @@ def _boundaries(t: Trace, s: pd.DataFrame) -> np.ndarray:
     start_t, start_g = start_t[order], c["graph"].to_numpy(np.int64, na_value=-1)[first][order]
     prev = np.searchsorted(start_t, s["t_begin"].to_numpy(np.int64), side="right") - 1
     graph, split = s["graph"].to_numpy(np.int64, na_value=-1), s["split"].to_numpy(np.int64, na_value=-1)
-    split_s = np.where(split >= 0, join_text(split), "?")
-    inside = join_text("graph ", graph, " split ", split_s)
+    inside = s["graph"].notna().to_numpy()
     prev_g = start_g[np.maximum(prev, 0)] if len(start_g) else np.zeros(len(prev), np.int64)
-    between = np.where(prev >= 0, join_text("after graph ", prev_g), "before the first graph")
-    return np.where(s["graph"].notna().to_numpy(), inside, between).astype(object)
+    split_s = choose_text(split >= 0, arrow_text(" split ", split), " split ?")
+    words = arrow_text(choose_text(inside, "graph ", "after graph "), np.where(inside, graph, prev_g),
+                       choose_text(inside, split_s, ""))
+    return choose_text(inside | (prev >= 0), words, "before the first graph").to_numpy(zero_copy_only=False)
 
 
 def _codes_of(cats: pd.Index, names) -> np.ndarray:
@@ -277,12 +281,16 @@ class _Model:
             rank = np.arange(len(d)) - np.searchsorted(d_seg, np.arange(n))[d_seg]
         else:
             rank = np.zeros(len(d), np.int64)
+        by_rank = stable_order(rank)  # each round a slice of it
+        rank_sorted = rank[by_rank]
         open_seg = np.ones(n, bool)
         first_seg, first_d, first_l = [], [], []
-        left, upto = np.arange(len(d)), 1  # the drained accesses not joined yet; this round's ranks end
-        while len(left):
-            now = rank[left] < upto
-            rows, left = left[now], left[~now]
+        done, upto = 0, 1  # the drained accesses joined so far (a prefix of by_rank); this round's ranks end
+        while done < len(d) and open_seg.any():
+            end = int(np.searchsorted(rank_sorted, upto, side="left"))
+            rows = by_rank[done:end]
+            rows = rows[open_seg[d_seg[rows]]]
+            done, upto = end, 2 * upto + 1
             hit_d, hit_l, hit_seg = [], [], []
             for write in (True, False):
                 i, j = partners[write].pairs(rows[dw[rows] == write], key_d)
@@ -298,8 +306,6 @@ class _Model:
             needed[sg] = True
             open_seg[sg] = False
             first_seg.append(sg), first_d.append(dd[first[at]]), first_l.append(ll[first[at]])
-            left = left[open_seg[d_seg[left]]]
-            upto = 2 * upto + 1
         if needed.any():
             dd, ll = np.concatenate(first_d), np.concatenate(first_l)
             conflict[np.concatenate(first_seg)] = join_text(self._access(dd), " before ", self._access(ll))
@@ -315,15 +321,14 @@ class _Model:
         """'VDEV0 split 3 (graph 2) reads h' for each access in `a`, in whole-array string operations
         (one per needed wait: there can be thousands)."""
         ci = self.a_call[a]
-        kind = self.knames[self.kc[ci]]
-        what = np.where(kind == "graph_compute", join_text("split ", self.sp[ci]), kind)
-        who = self.bnames[self.runs_on[ci]]
-        who = np.where(pd.isna(who), "the host", who)
-        graph = np.where(self.g[ci] >= 0, join_text(" (graph ", self.g[ci], ")"), "")
-        mode = np.where(self.a_write[a], " writes ", " reads ")
-        tc = self.a_tensor[self.a_row[a]].astype(np.int64)
-        tensor = np.where(tc >= 0, self.a_tcats[np.maximum(tc, 0)], "?")
-        return join_text(who, " ", what, graph, mode, tensor)
+        kind, split_code = self.kc[ci], self.kcats.get_indexer(["graph_compute"])[0]
+        what = choose_text((kind == split_code) & (split_code >= 0), arrow_text("split ", self.sp[ci]),
+                           take_text(self.knames, kind))
+        who = take_text([*self.bnames[:-1], "the host"], self.runs_on[ci])  # -1: no backend
+        graph = choose_text(self.g[ci] >= 0, arrow_text(" (graph ", self.g[ci], ")"), "")
+        mode = choose_text(self.a_write[a], " writes ", " reads ")
+        tensor = take_text([*self.a_tcats, "?"], self.a_tensor[self.a_row[a]])  # -1: no name
+        return arrow_text(who, " ", what, graph, mode, tensor)
 
     def _rows(self, i: np.ndarray, last: np.ndarray, pending: np.ndarray, via: np.ndarray, needed: np.ndarray,
               conflict: np.ndarray, q) -> pd.DataFrame:
