@@ -101,10 +101,11 @@ class _Model:
         on_queue = np.isin(self.bc, self.queues)
         a = t.access_columns()  # the accesses' own columns: none joined from their calls is read
         a_call = t.access_calls()
-        keep = a_call >= 0
+        kept = np.flatnonzero(a_call >= 0) if (a_call < 0).any() else None  # None: every access has its call
+        take = (lambda x: x) if kept is None else (lambda x: x[kept])  # no copies in the usual case
         # queued work, and the queue that runs it: a copy from another queue runs on the source's,
         # and the destination waits for it (a declined copy queued nothing: it has no accesses)
-        has_acc = np.bincount(a_call[keep], minlength=len(c)) > 0
+        has_acc = np.bincount(take(a_call), minlength=len(c)) > 0
         may_decline = self.kind_in(["cpy_tensor_async", "comm_allreduce"])
         self.queued = self.kind_in(QUEUED_KINDS) & on_queue & (has_acc | ~may_decline)
         b2 = self.bcats.get_indexer(c["backend2"].cat.categories)  # backend2's codes in backend's
@@ -127,13 +128,13 @@ class _Model:
         self._events()
         # the accesses the judgement joins: only those of buffers that something writes (two reads
         # never conflict; the weights are read only), as (buffer code, bytes, mode, tensor)
-        a_buf = _buffer_codes(t.buffers["buffer"].to_numpy(np.uint64), t.access_lifetimes()[keep],
-                              a["buffer"].to_numpy(np.uint64)[keep])
+        a_buf = _buffer_codes(t.buffers["buffer"].to_numpy(np.uint64), take(t.access_lifetimes()),
+                              take(a["buffer"].to_numpy(np.uint64)))
         modes = pd.Index(a["mode"].cat.categories)
-        a_write = (a["mode"].cat.codes.to_numpy() == modes.get_indexer(["write"])[0])[keep]
+        a_write = take(a["mode"].cat.codes.to_numpy() == modes.get_indexer(["write"])[0])
         written = np.bincount(a_buf[a_write], minlength=int(a_buf.max(initial=0)) + 1) > 0
         of_written = written[a_buf]
-        join = np.flatnonzero(keep)[of_written]
+        join = np.flatnonzero(of_written) if kept is None else kept[of_written]
         # ... grouped by call (a call's accesses keep their order), so that the accesses of a set of
         # calls are ranges: call c's are [a_start[c], a_start[c + 1]); a_order is the file order.
         # The loader's accesses come grouped so already (the order is then kept as it is)
@@ -144,6 +145,13 @@ class _Model:
             self.a_order, join = by_call, join[by_call]
             self.a_call, self.a_buf, self.a_write = self.a_call[by_call], self.a_buf[by_call], self.a_write[by_call]
         self.a_start = np.searchsorted(self.a_call, np.arange(len(c) + 1))
+        # per call, the buffers it reads, writes and touches as bits (when there are few enough)
+        self.reads_of = self.writes_of = self.touches_of = None
+        if len(self.a_buf) and self.a_buf.max() < 64:
+            bit = np.left_shift(np.uint64(1), self.a_buf.astype(np.uint64))
+            self.reads_of = _or_by_call(np.where(self.a_write, np.uint64(0), bit), self.a_start)
+            self.writes_of = _or_by_call(np.where(self.a_write, bit, np.uint64(0)), self.a_start)
+            self.touches_of = self.reads_of | self.writes_of
         self.a_off = a["offset"].to_numpy(np.uint64)[join]
         self.a_end = a["end"].to_numpy(np.uint64)[join]
         self.a_tcats = np.asarray(a["tensor"].cat.categories, dtype=object)
@@ -249,8 +257,18 @@ class _Model:
         overlap in bytes, one writing; and the first such pair in words. `work`: the drained calls,
         in call order, and `seg` the segment of each."""
         needed, conflict = np.zeros(n, bool), np.full(n, None, dtype=object)
-        d, d_seg = self._accesses_of(work, seg)
         later = np.flatnonzero(later_seg >= 0)
+        if self.writes_of is not None:
+            # By call first, the buffers as bits: a call none of whose accesses can meet one of the
+            # other side's in its segment (a write meets any access, a read a write) is left out
+            # before its accesses are listed.
+            ls = later_seg[later]
+            dw, da = _or_by(seg, self.writes_of[work], n), _or_by(seg, self.touches_of[work], n)
+            lw, la = _or_by(ls, self.writes_of[later], n), _or_by(ls, self.touches_of[later], n)
+            meets_d = (self.writes_of[work] & la[seg]) | (self.reads_of[work] & lw[seg])
+            meets_l = (self.writes_of[later] & da[ls]) | (self.reads_of[later] & dw[ls])
+            work, seg, later = work[meets_d != 0], seg[meets_d != 0], later[meets_l != 0]
+        d, d_seg = self._accesses_of(work, seg)
         l, l_seg = self._accesses_of(later, later_seg[later])
         if len(d) == 0 or len(l) == 0:
             return needed, conflict
@@ -369,13 +387,27 @@ def _buffer_codes(pointers: np.ndarray, lifetime: np.ndarray, buffers: np.ndarra
     registered (`pointers`: of each buffer lifetime), through the lifetime the load matched it to;
     the others (a pointer never registered, host memory in no known buffer) after them."""
     known, of_lifetime = np.unique(pointers, return_inverse=True)
-    code = np.full(len(lifetime), -1, np.int64)
-    has = lifetime >= 0
-    code[has] = of_lifetime.reshape(-1)[lifetime[has]]
-    miss = ~has
-    if miss.any():
+    code = np.append(of_lifetime.reshape(-1), -1)[lifetime]  # lifetime -1: code -1
+    miss = np.flatnonzero(code < 0)
+    if len(miss):
         code[miss] = len(known) + pd.factorize(buffers[miss])[0]
     return code
+
+
+def _or_by_call(bits: np.ndarray, a_start: np.ndarray) -> np.ndarray:
+    """Per call, the bitwise or of its accesses' `bits` (call c's accesses: [a_start[c], a_start[c + 1]))."""
+    out = np.zeros(len(a_start) - 1, np.uint64)
+    has = np.flatnonzero(a_start[1:] > a_start[:-1])  # the calls between two of these have no accesses
+    if len(has):
+        out[has] = np.bitwise_or.reduceat(bits, a_start[has])
+    return out
+
+
+def _or_by(group: np.ndarray, bits: np.ndarray, n: int) -> np.ndarray:
+    """Per group (n of them), the bitwise or of its members' `bits`."""
+    out = np.zeros(n, np.uint64)
+    np.bitwise_or.at(out, group, bits)
+    return out
 
 
 def _last_and_pending(seg: np.ndarray, calls: np.ndarray, t: np.ndarray, pending: np.ndarray, n: int):
