@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import (bit_width, cat_codes, int_values, ints_or_none, last_before, lookup, nullable, objects_at,
-                     rank_in_group, take_int)
+from .arrays import (bit_width, cat_codes, expand_ranges, int_values, ints_or_none, last_before, lookup, nullable,
+                     objects_at, rank_in_group, take_int)
 from .frames import backend_labels
 from .kinds import ENQUEUE_KINDS, HOST_WRITE_KINDS
 from .load import best_device_intervals
@@ -600,8 +600,5 @@ def _expand(lo: np.ndarray, cnt: np.ndarray):
         base = int(cum[start - 1]) if start else 0
         end = max(int(np.searchsorted(cum, base + CHUNK, side="right")), start + 1)
         c = cnt[start:end]
-        tot = int(c.sum())
-        qi = np.repeat(np.arange(start, end), c)
-        within = np.arange(tot) - np.repeat(np.cumsum(c) - c, c)
-        yield qi, np.repeat(lo[start:end], c) + within
+        yield np.repeat(np.arange(start, end), c), expand_ranges(lo[start:end], c)
         start = end

@@ -483,7 +483,8 @@ def _per(key: pd.Series, blocked: np.ndarray, avoidable: np.ndarray) -> pd.DataF
     sums = np.zeros((3, len(values)), np.int64)
     for row, weights in enumerate((blocked, np.where(avoidable, blocked, 0), 1)):
         np.add.at(sums[row], codes, weights)
-    return pd.DataFrame({key.name: values.infer_objects(), "blocked_ns": sums[0], "avoidable_blocked_ns": sums[1], "calls": sums[2]})
+    return pd.DataFrame({key.name: values.infer_objects(), "blocked_ns": sums[0], "avoidable_blocked_ns": sums[1],
+                         "calls": sums[2]})
 
 
 def words(r: dict) -> str:

@@ -29,6 +29,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from .arrays import expand_ranges
 from .intervals import ROW_HEADER, ROW_COPIES, ROW_KERNELS, IntervalModel, races_as_list
 from .kinds import KIND_COLORS, OTHER_COLOR
 from .stalls import stalls as stalls_of, words as stall_words
@@ -331,7 +332,7 @@ def _hover_points(b: np.ndarray, e: np.ndarray, px: float):
     bar): (index of the bar of each point, x of each point)."""
     npts = np.clip(np.ceil((e - b) / (HOVER_STEP_PX * px)), 1, 200).astype(np.int64)
     rep = np.repeat(np.arange(len(b)), npts)
-    within = np.arange(len(rep)) - np.repeat(np.cumsum(npts) - npts, npts)
+    within = expand_ranges(np.zeros_like(npts), npts)  # 0, 1, ... along each bar
     return rep, b[rep] + (e - b)[rep] * (within + 0.5) / npts[rep]
 
 
