@@ -156,22 +156,26 @@ def settled_blocks(fd: int):
     recycle) it, as (in-use chunks that were settled, how many chunks in use when the copy began
     were not: recycled while it ran) per block.
 
-    A first pass reads every chunk header; then each block is read twice. A chunk whose header
-    is not the same in all three reads was recycled (or claimed) meanwhile and is left out. A
-    record that differs between the last two reads, or is not there, becomes the zero that ends
-    its chunk, as an unwritten one would. The reader then leaves out the chunks claimed after
-    the copy began (claimed_after), and no thread has a hole in its records: a chunk with a
-    successor claimed before the first pass began was full before then, so it is whole in the
-    later reads. A file whose writer is gone reads the same each time and comes out whole."""
+    A first pass reads every chunk header; then each block is read twice, and its headers once
+    more. A chunk whose header is not the same in all four reads was recycled (or claimed)
+    meanwhile and is left out: the last read catches a recycle that began after a read had taken
+    the header and before it took the records (a read is no snapshot: the writer unpublishes a
+    chunk, clears it and writes its new header while a read copies it). A record that differs
+    between the two block reads, or is not there, becomes the zero that ends its chunk, as an
+    unwritten one would. The reader then leaves out the chunks claimed after the copy began
+    (claimed_after), and no thread has a hole in its records: a chunk with a successor claimed
+    before the first pass began was full before then, so it is whole in the later reads. A file
+    whose writer is gone reads the same each time and comes out whole."""
     offsets = _offsets(fd)
     heads = [_chunk_heads(_read_block(fd, off)) for off in offsets]
     for off, head_a in zip(offsets, heads):
         b = _read_block(fd, off)
         c = _read_block(fd, off)
-        n = min(len(b), len(c)) // CHUNK_SIZE
+        head_d = _chunk_heads(_read_block(fd, off))
+        n = min(len(b), len(c), len(head_d) * CHUNK_SIZE) // CHUNK_SIZE
         if n == 0:
             return
-        yield _settled_chunks(head_a, b[: n * CHUNK_SIZE], c[: n * CHUNK_SIZE])
+        yield _settled_chunks(head_a, b[: n * CHUNK_SIZE], c[: n * CHUNK_SIZE], head_d[:n])
         if n < BLOCK_CHUNKS:
             return
 
@@ -192,7 +196,8 @@ def _chunk_heads(block: np.ndarray) -> np.ndarray:
     return block[: n * CHUNK_SIZE].reshape(n, CHUNK_SIZE)[:, :RECORD_SIZE].copy()
 
 
-def _settled_chunks(first_heads: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, int]:
+def _settled_chunks(first_heads: np.ndarray, b: np.ndarray, c: np.ndarray,
+                    last_heads: np.ndarray) -> tuple[np.ndarray, int]:
     rb = b.reshape(-1, SLOTS_PER_CHUNK, RECORD_SIZE)
     rc = c.reshape(-1, SLOTS_PER_CHUNK, RECORD_SIZE).copy()
     ha = np.zeros((len(rc), RECORD_SIZE), np.uint8)  # chunks the first pass did not see: never stable
@@ -204,7 +209,8 @@ def _settled_chunks(first_heads: np.ndarray, b: np.ndarray, c: np.ndarray) -> tu
     # a chunk with records but no magic in every read is damaged, not being written: it stays,
     # for the reader to report
     holds = (magic == CHUNK_MAGIC) | (rc[:, 1, 0] != 0)
-    stable = (ha == rb[:, 0, :]).all(axis=1) & (rb[:, 0, :] == rc[:, 0, :]).all(axis=1) & holds
+    stable = ((ha == rb[:, 0, :]).all(axis=1) & (rb[:, 0, :] == rc[:, 0, :]).all(axis=1)
+              & (rc[:, 0, :] == last_heads).all(axis=1) & holds)
     settled = (rb[:, 1:, :] == rc[:, 1:, :]).all(axis=2) & (rb[:, 1:, 0] != 0)
     rc[:, 1:, 0] = np.where(settled, rc[:, 1:, 0], 0)
     return rc[stable].reshape(-1), int((in_use & ~stable).sum())

@@ -32,6 +32,9 @@ QUEUED_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_te
                 "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait", "comm_allreduce"]
 
 STALL_COLUMNS = STALLS  # the stalls frame's columns and dtypes (analysis/schema.py)
+# Up to this many written buffers, each call's buffers are known as bits, so that calls that cannot
+# conflict are left out before their accesses are listed (the answer is the same without)
+BUFFER_BITS = 64
 
 
 def stalls(t: Trace) -> pd.DataFrame:
@@ -138,16 +141,17 @@ class _Model:
         # ... grouped by call (a call's accesses keep their order), so that the accesses of a set of
         # calls are ranges: call c's are [a_start[c], a_start[c + 1]); a_order is the file order.
         # The loader's accesses come grouped so already (the order is then kept as it is)
-        self.a_call, self.a_buf, self.a_write = a_call[join], a_buf[of_written], a_write[of_written]
+        dense = np.cumsum(written) - 1  # the written buffers' codes, renumbered 0, 1, ...
+        self.a_call, self.a_buf, self.a_write = a_call[join], dense[a_buf[of_written]], a_write[of_written]
         self.a_order = np.arange(len(join))
         if np.any(self.a_call[1:] < self.a_call[:-1]):
             by_call = stable_order(self.a_call)
             self.a_order, join = by_call, join[by_call]
             self.a_call, self.a_buf, self.a_write = self.a_call[by_call], self.a_buf[by_call], self.a_write[by_call]
         self.a_start = np.searchsorted(self.a_call, np.arange(len(c) + 1))
-        # per call, the buffers it reads, writes and touches as bits (when there are few enough)
+        # per call, the buffers it reads, writes and touches as bits (BUFFER_BITS)
         self.reads_of = self.writes_of = self.touches_of = None
-        if len(self.a_buf) and self.a_buf.max() < 64:
+        if len(self.a_buf) and self.a_buf.max() < min(BUFFER_BITS, 64):
             bit = np.left_shift(np.uint64(1), self.a_buf.astype(np.uint64))
             self.reads_of = _or_by_call(np.where(self.a_write, np.uint64(0), bit), self.a_start)
             self.writes_of = _or_by_call(np.where(self.a_write, bit, np.uint64(0)), self.a_start)

@@ -181,6 +181,41 @@ def test_window_start_skips_a_gap_between_survivors():
     assert _window_start(ring) is None          # nothing lost: the whole run
 
 
+def test_a_chunk_recycled_while_a_read_copies_it_is_left_out(tmp_path, monkeypatch):
+    """A read is no snapshot: it can take a full chunk's header before the writer recycles it and
+    its cleared records after. Such a chunk is left out (counted as lost: its thread's ordinals
+    then have a gap, and the window starts after it), not kept empty, which would leave a hole
+    of a chunk's records inside the window."""
+    from ggml_trace.analysis import ring as ring_module
+    from ggml_trace.analysis.trace_format import CHUNK_MAGIC, RECORD_SIZE
+
+    body = np.zeros(2 * CHUNK_SIZE, np.uint8)
+    for i in range(2):  # two full ring chunks of thread 0, ordinals 0 and 1
+        head = np.zeros(1, CHUNK_HEADER_DTYPE)
+        head["magic"], head["thread"], head["ordinal"], head["t_claim"] = CHUNK_MAGIC, 0, i, 100 + i
+        chunk = body[i * CHUNK_SIZE:(i + 1) * CHUNK_SIZE]
+        chunk[:RECORD_SIZE] = head.view(np.uint8)
+        chunk[RECORD_SIZE::RECORD_SIZE] = 1  # every record slot holds a record (type byte 1)
+    path = tmp_path / "ring.bin"
+    path.write_bytes(bytes(HEADER_SIZE) + body.tobytes())
+    torn = body.copy()
+    torn[RECORD_SIZE:CHUNK_SIZE] = 0  # chunk 0's header taken before the recycle, its records after
+    recycled = torn.copy()
+    recycled[:4] = 0  # the header read after that: unpublished (magic 0)
+    reads = iter([body, body, torn, recycled])  # the first pass, the two reads, the headers again
+    monkeypatch.setattr(ring_module, "_read_block", lambda fd, off: next(reads))
+    with open(path, "rb") as f:
+        (kept, lost), = list(ring_module.settled_blocks(f.fileno()))
+    heads = kept.reshape(-1, CHUNK_SIZE)[:, :RECORD_SIZE].copy().view(CHUNK_HEADER_DTYPE)[:, 0]
+    assert heads["ordinal"].tolist() == [1] and lost == 1
+    # the same reads with the recycle after the last one: both chunks whole
+    reads = iter([body, body, body, body])
+    with open(path, "rb") as f:
+        (kept, lost), = list(ring_module.settled_blocks(f.fileno()))
+    records = kept.reshape(2, -1, RECORD_SIZE)[:, 1:, 0]
+    assert lost == 0 and (records != 0).all()
+
+
 def sched_loop_record(tmp_path, *record_args):
     """`ggml-trace record ... -- sched-loop 0 forever`, its output read line by line."""
     exe = Path(sys.executable).parent / "ggml-trace"

@@ -81,6 +81,26 @@ def test_the_h200_vulkan_traces():
     assert set(per["boundary"]) >= {"graph 3 split 0", "before the first graph"}
 
 
+def test_leaving_out_calls_by_their_buffers_changes_no_answer(tmp_path, monkeypatch):
+    """Calls whose buffers cannot meet the other side's are left out before the join (BUFFER_BITS):
+    the frame is the same as when every call's accesses are joined, on traces with needed and
+    avoidable waits, conflicts named, and the CPU's waits for results read on the host."""
+    from ggml_trace.analysis import stalls as module
+    runs = [scenario.run("pipeline-input-reuse", build=b, runs=1, latency_us="2000,0", out_dir=tmp_path / b).traces[0]
+            for b in ("b11434-ppfix", "b11434-ppsync")]
+    paths = [*runs, DATA / "vulkan-nvidia-b11434-ppfix-h200.ggmltrace", DATA / "vulkan-nvidia-b10531-h200.ggmltrace"]
+    seen = pd.Series(dtype=bool)
+    for path in paths:
+        assert module._Model(load(path)).writes_of is not None  # the buffers as bits, where they are few
+        with_bits = stalls(load(path))
+        monkeypatch.setattr(module, "BUFFER_BITS", 0)
+        without = stalls(load(path))
+        monkeypatch.undo()
+        pd.testing.assert_frame_equal(with_bits, without)
+        seen = pd.concat([seen, with_bits["needed"].dropna().astype(bool)])
+    assert seen.any() and not seen.all()
+
+
 def test_cli_json_and_text():
     path = DATA / "vulkan-nvidia-b11434-ppfix-h200.ggmltrace"
     r = ggml_trace("stalls", path, "--json")
