@@ -32,8 +32,8 @@ QUEUED_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_te
                 "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait", "comm_allreduce"]
 
 STALL_COLUMNS = STALLS  # the stalls frame's columns and dtypes (analysis/schema.py)
-# Up to this many written buffers, each call's buffers are known as bits, so that calls that cannot
-# conflict are left out before their accesses are listed (the answer is the same without)
+# With fewer written buffers than this (64 at most), each call's buffers are known as bits, so that calls
+# that cannot conflict are left out before their accesses are listed (the answer is the same without)
 BUFFER_BITS = 64
 
 
@@ -266,11 +266,11 @@ class _Model:
             # By call first, the buffers as bits: a call none of whose accesses can meet one of the
             # other side's in its segment (a write meets any access, a read a write) is left out
             # before its accesses are listed.
-            ls = later_seg[later]
-            dw, da = _or_by(seg, self.writes_of[work], n), _or_by(seg, self.touches_of[work], n)
-            lw, la = _or_by(ls, self.writes_of[later], n), _or_by(ls, self.touches_of[later], n)
-            meets_d = (self.writes_of[work] & la[seg]) | (self.reads_of[work] & lw[seg])
-            meets_l = (self.writes_of[later] & da[ls]) | (self.reads_of[later] & dw[ls])
+            ls = later_seg[later]  # per segment: the buffers its drained work and its later calls write, touch
+            d_writes, d_touches = _or_by(seg, self.writes_of[work], n), _or_by(seg, self.touches_of[work], n)
+            l_writes, l_touches = _or_by(ls, self.writes_of[later], n), _or_by(ls, self.touches_of[later], n)
+            meets_d = (self.writes_of[work] & l_touches[seg]) | (self.reads_of[work] & l_writes[seg])
+            meets_l = (self.writes_of[later] & d_touches[ls]) | (self.reads_of[later] & d_writes[ls])
             work, seg, later = work[meets_d != 0], seg[meets_d != 0], later[meets_l != 0]
         d, d_seg = self._accesses_of(work, seg)
         l, l_seg = self._accesses_of(later, later_seg[later])
