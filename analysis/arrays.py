@@ -97,6 +97,12 @@ def cat_codes(series: pd.Series) -> np.ndarray:
     return np.asarray(series.cat.codes, np.int64)
 
 
+def codes_of(categories: pd.Index, names) -> np.ndarray:
+    """The codes of those of `names` that are among a categorical column's `categories`."""
+    idx = pd.Index(categories).get_indexer(list(names))
+    return idx[idx >= 0]
+
+
 def int_values(series, fill: int = -1) -> np.ndarray:
     """An integer column as int64 with `fill` where missing; it may also be float or object
     (a column that went through a merge or concat with missing rows)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import join_runs, take_text, union_runs
+from .arrays import cat_codes, codes_of, join_runs, take_text, union_runs
 from .critical_path import critical_path, device_work, run_window
 from .load import Trace
 from .stalls import stalls, totals as stall_totals
@@ -52,8 +52,7 @@ def _overlap_ns(per_queue: list[tuple[np.ndarray, np.ndarray]]) -> int:
 
 def _count_kinds(kind: pd.Series, names: list[str]) -> int:
     """How many rows of a categorical kind column are of one of `names` (compared by code)."""
-    codes = kind.cat.categories.get_indexer(names)
-    return int(np.isin(kind.cat.codes.to_numpy(), codes[codes >= 0]).sum())
+    return int(np.isin(cat_codes(kind), codes_of(kind.cat.categories, names)).sum())
 
 
 def split_structure(t: Trace) -> pd.Series:

@@ -75,7 +75,7 @@ def _occupied(t: Trace, dev: pd.DataFrame) -> tuple[dict[str, _Busy], np.ndarray
     b2 = c["backend2"].cat
     names = dev["backend"].cat.categories.astype(str)
     names = names.append(b2.categories.astype(str).difference(names))
-    dest = names.get_indexer(dev["backend"].cat.categories.astype(str))[dev["backend"].cat.codes.to_numpy()]
+    dest = dev["backend"].cat.codes.to_numpy()  # the devices' backends are the first names
     b2_code = np.where(found, b2.codes.to_numpy()[at], -1)
     src = np.where(b2_code >= 0, names.get_indexer(b2.categories.astype(str))[np.maximum(b2_code, 0)], -1)
     b = t.backends
@@ -119,10 +119,10 @@ def critical_path(t: Trace, st: pd.DataFrame | None = None, dev: pd.DataFrame | 
     devices = {name: 0 for name in busy}
 
     st = stalls(t) if st is None else st
-    e = st["t_end"].to_numpy(np.int64)
+    b, e = st["t_begin"].to_numpy(np.int64), st["t_end"].to_numpy(np.int64)
     rows = np.flatnonzero((st["thread"].to_numpy(np.int64) == driver) & (e > t0))
-    rows = rows[np.argsort(st["t_begin"].to_numpy(np.int64)[rows], kind="stable")]
-    b, e = np.maximum(st["t_begin"].to_numpy(np.int64)[rows], t0), e[rows]
+    rows = rows[np.argsort(b[rows], kind="stable")]
+    b, e = np.maximum(b[rows], t0), e[rows]
     b = np.maximum(b, np.r_[t0, np.maximum.accumulate(e)[:-1]])  # nested or overlapping: each instant once
     e = np.maximum(e, b)
     span = e - b

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import (arrow_text, choose_text, expand_ranges, join_text, last_before, lookup, stable_order,
+from .arrays import (arrow_text, choose_text, codes_of, expand_ranges, join_text, last_before, lookup, stable_order,
                      take_text)
 from .load import Trace, backend_labels, best_device_intervals
 from .schema import STALLS
@@ -70,12 +70,6 @@ def _boundaries(t: Trace, s: pd.DataFrame) -> np.ndarray:
     return choose_text(inside | (prev >= 0), words, "before the first graph").to_numpy(zero_copy_only=False)
 
 
-def _codes_of(cats: pd.Index, names) -> np.ndarray:
-    """The category codes of `names` (those present)."""
-    idx = cats.get_indexer(list(names))
-    return idx[idx >= 0]
-
-
 class _Model:
     """The calls as arrays (kinds and backends as category codes): who runs each queued call, when
     it ended on its device, where each wait drains to."""
@@ -100,7 +94,7 @@ class _Model:
         self.sp = self.split.to_numpy(dtype=np.int64, na_value=-1)
         be = t.backends
         flags = (be["has_async"] | be["has_events"]).tolist()
-        self.queues = sorted(set(_codes_of(self.bcats, [n for n, f in zip(backend_labels(be), flags) if f]).tolist()))
+        self.queues = sorted(set(codes_of(self.bcats, [n for n, f in zip(backend_labels(be), flags) if f]).tolist()))
         on_queue = np.isin(self.bc, self.queues)
         a = t.access_columns()  # the accesses' own columns: none joined from their calls is read
         a_call = t.access_calls()
@@ -163,7 +157,7 @@ class _Model:
         self.a_row = join
 
     def kind_in(self, names) -> np.ndarray:
-        return np.isin(self.kc, _codes_of(self.kcats, names))
+        return np.isin(self.kc, codes_of(self.kcats, names))
 
     def kind_name(self, i):
         return self.knames[self.kc[i]]
@@ -227,7 +221,7 @@ class _Model:
         # its own reasons)
         own = pd.Series(self.graph[w]).isna().to_numpy()
         calls = wk["call"].to_numpy()
-        back = wk[np.isin(self.kc[calls], _codes_of(self.kcats, READ_BACK_KINDS)) & own[wk["seg"].to_numpy()]]
+        back = wk[np.isin(self.kc[calls], codes_of(self.kcats, READ_BACK_KINDS)) & own[wk["seg"].to_numpy()]]
         back = back.drop_duplicates("seg")
         back = back[~needed[back["seg"].to_numpy()]]
         for sg, i in zip(back["seg"].tolist(), back["call"].tolist()):  # a few: the program's own waits
