@@ -65,7 +65,11 @@ def test_compare_shows_what_the_patch_saved(stall_runs, tmp_path):
     wall_a, wall_b = r["a"]["critical_path"]["wall_ns"], r["b"]["critical_path"]["wall_ns"]
     assert pa["VDEV0"] + pa["VDEV1"] > 0.4 * wall_a and pa["VDEV2"] < 0.5 * wall_a, pa
     assert pb["VDEV0"] + pb["VDEV1"] < 0.1 * wall_b and pb["VDEV2"] > 0.8 * wall_b, pb
-    assert d["critical_device_ns"]["a"] > 0.9 * d["wall_ns"]["a"]  # the devices bound this run, not the host
+    # the devices bound this run, not the host: 0.92-0.93 of the wall time on an idle machine; the rest is
+    # mostly "waiting" (threads waking after a virtual device's work ended), which a loaded machine stretches
+    # (0.895 once, in a full suite run), so the bound leaves room: a host-bound run would be far below it
+    assert d["critical_device_ns"]["a"] > 0.75 * d["wall_ns"]["a"]
+    assert d["critical_device_ns"]["a"] > 3 * (d["critical_host_ns"]["a"] + d["critical_waiting_ns"]["a"])
     # the CLI: folders of runs as sides, JSON, the page with both timelines, the exit status
     da, db = Path(stall_runs["b11434"].traces[0]).parent, Path(stall_runs["b11434-inputsfirst"].traces[0]).parent
     page = tmp_path / "cmp.html"
