@@ -551,20 +551,19 @@ def test_filters_and_colours(tmp_path):
     assert not any(r.startswith("CPU") for r in only["rows"])
     assert any(r.startswith("RPC0") for r in only["rows"])
     # a window from the middle graph compute on, whatever the run's pace on this machine (µs); the
-    # middle of the run's time can fall in a gap with no call at all (while the model loads)
-    # the middle compute can fall in the run's last tenth, so the window is half of what is left after
-    # it: inside the run, and drawn as asked
+    # middle of the run's time can fall in a gap with no call at all (while the model loads), and the
+    # middle compute in the run's last tenth, so the window is half of what is left of the run after it
     computes = t.calls.loc[t.calls["kind"] == "graph_compute", "t_begin"].sort_values()
     lo = int(computes.iloc[len(computes) // 2]) // 1000
-    end = IntervalModel(t).t_end // 1000
-    hi = lo + max((end - lo) // 2, 1)
+    t_end = IntervalModel(t).t_end  # ns: the last call's or device interval's end
+    hi = lo + max((t_end // 1000 - lo) // 2, 1)
     w = analysis.timeline(t, window=(lo, hi), races=False)
     iv = _Model_iv(t, window=(lo, hi))
     assert len(iv) and ((iv["t1"] >= lo * 1000) & (iv["t0"] <= hi * 1000)).all()
     assert w.layout.xaxis.range == pytest.approx((lo / 1e6, hi / 1e6))
     # a window that runs past the trace's end is drawn to its end
-    past = analysis.timeline(t, window=(lo, end + 1_000_000), races=False)
-    assert past.layout.xaxis.range == pytest.approx((lo / 1e6, IntervalModel(t).t_end / 1e9))
+    past = analysis.timeline(t, window=(lo, t_end // 1000 + 1_000_000), races=False)
+    assert past.layout.xaxis.range == pytest.approx((lo / 1e6, t_end / 1e9))
     by_split = analysis.timeline(t, color_by="split", races=False)
     names = [d.name for d in by_split.data if str(d.meta).startswith("bars:")]
     assert "split 0" in names and "no split" in names
