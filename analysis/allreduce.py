@@ -29,6 +29,20 @@ def _hex(text: str) -> int:
         return 0
 
 
+# How ggml-cuda describes a virtual device (GGML_CUDA_DEVICES=N, several devices of one GPU): b10524
+# to b10531 "NVIDIA H200 (physical device 0, virtual device 1)", b11434 "NVIDIA H200 (dev p0/v1)".
+_VIRTUAL = re.compile(r"\((?:physical device \d+, virtual device \d+|dev p\d+/v\d+)\)$")
+
+
+def _virtual_devices(trace, devices: str) -> list[str]:
+    """The communicator's devices that ggml-cuda describes as virtual devices of one GPU."""
+    names = set(devices.split(","))
+    b = trace.backends
+    described = b[b["name"].astype(str).isin(names)]
+    return sorted(str(n) for n, d in zip(described["name"], described["device_description"].astype(str))
+                  if _VIRTUAL.search(d))
+
+
 def _kernel_path(trace) -> str | None:
     """The path the GPU's kernels show, when CUPTI recorded them."""
     gpu = getattr(trace, "gpu", None)
@@ -83,6 +97,13 @@ def _accepted_path(trace, f: dict) -> dict:
     if seen:
         return {"path": seen, "evidence": "kernels recorded by CUPTI"}
     want = recorded_env(trace.meta).get("GGML_CUDA_ALLREDUCE", "")
+    virtual = _virtual_devices(trace, f.get("devices", "")) if f.get("registry") == "CUDA" else []
+    if virtual and want != "internal":
+        # ggml-cuda turns NCCL off when its devices are virtual devices of fewer GPUs ("NCCL
+        # disabled: virtual devices in use") and falls back to the internal pipeline; calls it
+        # accepted ran there (the butterfly declines every call).
+        return {"path": "internal", "evidence": f"NCCL is disabled on virtual devices ({', '.join(virtual)} "
+                                                "share a GPU); the internal pipeline took the calls"}
     if want in ("nccl", "internal"):
         if want == "nccl" and f.get("nccl_loaded") != "1":
             return {"path": "internal", "evidence": "GGML_CUDA_ALLREDUCE=nccl but NCCL is not in the "
