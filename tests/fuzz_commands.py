@@ -6,7 +6,6 @@ usage: fuzz_commands.py SECONDS OUTDIR FILE..."""
 import contextlib
 import io
 import json
-import os
 import signal
 import sys
 import time

@@ -107,7 +107,7 @@ def _hold(path: Path, live_ring: bool):
             fd = os.open(path, os.O_WRONLY)
         except OSError:
             fd = None
-    at = FILE_HEADER_DTYPE.fields["hold_until_ns"][1]
+    at = FILE_HEADER_DTYPE.fields["hold_until_ns"][1]  # type: ignore[index]  # a record dtype: fields is set
     if fd is not None:
         # long enough for three reads of the file at a slow 500 MB/s, and at least 2 s
         hold = time.monotonic_ns() + max(2_000_000_000, 6 * os.path.getsize(path))

@@ -65,7 +65,8 @@ def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True
     exe = str(bin_dir / "llama-completion")
     cli = [sys.executable, "-m", "ggml_trace.tracer.cli", "record"]
     env = build_env(bin_dir, GGML_VK_VISIBLE_DEVICES=visible_devices)
-    rows, attempts = [], 0
+    rows: list[dict] = []
+    attempts = 0
     while len(rows) < runs and attempts < 2 * runs:
         i, attempts = attempts, attempts + 1
         trace = out_dir / f"run-{i:03d}.ggmltrace"
