@@ -15,11 +15,8 @@ import numpy as np
 
 from .checks import Parts, check_header, check_records
 from .columns import Columns
-from .raw_trace import RawTrace, RingWindow, TickClock  # noqa: F401 (importable from here, as before)
+from .raw_trace import RawTrace
 from .ring import claimed_after, cut_to_window, settled_blocks
-# Every name of the format stays importable from here, as before trace_format.py was split out
-# (the writers in tracer/ and the tests import them from this module).
-from .trace_format import *  # noqa: F401,F403
 from .trace_format import (
     ACCESS_DTYPE, BACKEND_DTYPE, BUFFER_DTYPE, CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
     CLOCK_DTYPE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT, FORMAT_VERSION,

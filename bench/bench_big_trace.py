@@ -27,10 +27,11 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
-from ggml_trace.analysis.trace_file import (CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,  # noqa: E402
-                                 HEADER_SIZE, NONE32, RECORD_SIZE, REC_ACCESS, REC_CALL, REC_CLOCK,
-                                 SLOTS_PER_CHUNK, ACCESS_DTYPE, chunk_bytes, read_trace_file,
-                                 records_before_first_zero)
+from ggml_trace.analysis.trace_file import chunk_bytes, read_trace_file, records_before_first_zero  # noqa: E402
+from ggml_trace.analysis.trace_format import (  # noqa: E402
+    CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, NONE32, RECORD_SIZE,
+    REC_ACCESS, REC_CALL, REC_CLOCK, SLOTS_PER_CHUNK, ACCESS_DTYPE,
+)
 from bench_races import build_trace  # noqa: E402
 from peak_rss import PEAK_RSS  # noqa: E402
 

@@ -15,7 +15,8 @@ from conftest import built_program, ggml_trace
 
 from ggml_trace.analysis import load
 from ggml_trace.analysis.ring import _window_start, oldest_chunk_ns
-from ggml_trace.analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_header, read_trace_file
+from ggml_trace.analysis.trace_file import read_header, read_trace_file
+from ggml_trace.analysis.trace_format import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE
 from ggml_trace.analysis.trace_format import CHUNK_RING, TraceFormatError
 from ggml_trace.tracer import snapshots
 

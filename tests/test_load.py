@@ -13,9 +13,10 @@ from tracegen import TraceBuilder, string_id, synth_trace
 from ggml_trace.analysis.schema import FRAMES
 from ggml_trace.analysis import Trace, TraceFormatError, load, summarize
 from ggml_trace.analysis.load import FRAME_NEEDS
-from ggml_trace.analysis.trace_file import (
-    BUF_ALLOCATED, BUF_FREED, BUF_SEEN, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, INCOMPLETE_STRING,
-    REC_CALL, RECORD_SIZE, TickClock, read_trace_file,
+from ggml_trace.analysis.trace_file import INCOMPLETE_STRING, read_trace_file
+from ggml_trace.analysis.raw_trace import TickClock
+from ggml_trace.analysis.trace_format import (
+    BUF_ALLOCATED, BUF_FREED, BUF_SEEN, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, REC_CALL, RECORD_SIZE,
 )
 
 # A NumPy or pandas deprecation in the loader's path fails here first, before it breaks a release.

@@ -32,7 +32,7 @@ from tracegen import TraceBuilder  # noqa: E402
 
 from ggml_trace import analysis  # noqa: E402
 from ggml_trace.analysis.kinds import COPY_KINDS  # noqa: E402
-from ggml_trace.analysis.trace_file import BUF_ALLOCATED  # noqa: E402
+from ggml_trace.analysis.trace_format import BUF_ALLOCATED  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
 # Real traces, recorded by the tests themselves (once per session) under build/test-traces/.

@@ -181,7 +181,8 @@ def _samples_bound(env: dict, output: Path, sampler: NvmlSampler | None):
         return None
 
     def trim():
-        from ..analysis.trace_file import TraceFormatError, read_header
+        from ..analysis.trace_file import read_header
+        from ..analysis.trace_format import TraceFormatError
 
         now = time.monotonic_ns() - 1_000_000_000
         try:

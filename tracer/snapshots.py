@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.ring import settled_blocks
-from ..analysis.trace_file import (CHUNK_SIZE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT,
-                                 HEADER_SIZE, TraceFormatError, read_header)
+from ..analysis.trace_file import read_header
+from ..analysis.trace_format import (
+    CHUNK_SIZE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT, HEADER_SIZE, TraceFormatError,
+)
 
 
 class SnapshotError(Exception):
