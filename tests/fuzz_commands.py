@@ -11,9 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ggml_trace.tracer.cli import main  # noqa: E402
+from ggml_trace.tracer.cli import main
 
 
 class Timeout(Exception):
