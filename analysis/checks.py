@@ -48,7 +48,8 @@ class Parts:
 
 
 # field: its file offset (the header dtype knows it)
-HEADER_CLOCKS = {k: FILE_HEADER_DTYPE.fields[k][1] for k in ("t0_monotonic_ns", "t0_realtime_ns", "t0_ticks")}
+HEADER_CLOCKS = {k: FILE_HEADER_DTYPE.fields[k][1]  # type: ignore[index]  # a record dtype: fields is set
+                 for k in ("t0_monotonic_ns", "t0_realtime_ns", "t0_ticks")}
 
 
 def check_header(header: dict, path: str, strict: bool, parts: dict[int, Parts]) -> list[str]:
@@ -107,7 +108,9 @@ def check_records(parts: dict[int, Parts], header: dict) -> list[Problem]:
         got = mono.astype(np.float64) - float(t0_ns)
         bad |= np.abs(got - want) > CLOCK_TOLERANCE * np.abs(got) + 1e9
     drop(REC_CLOCK, bad, "CLOCK records with ticks or times out of range")
-    clock = TickClock.from_trace(header, parts[REC_CLOCK].recs)
+    clock_recs = parts[REC_CLOCK].recs
+    assert isinstance(clock_recs, np.ndarray)  # not a columnar type
+    clock = TickClock.from_trace(header, clock_recs)
 
     # The run's window in ticks, worked out once (in float64: no overflow), so that each record
     # time is compared as it is, without a conversion per record.

@@ -64,7 +64,7 @@ class Columns:
             return Columns(np.take(self.words, rows, axis=1), self.dtype)
         f = self._fields.get(key)
         if f is None:
-            dtype, offset = self.dtype.fields[key][:2]
+            dtype, offset = self.dtype.fields[key][:2]  # type: ignore[index]  # a record dtype: fields is set
             word, shift = divmod(offset, 8)
             if dtype.shape or shift + dtype.itemsize > 8:
                 raise KeyError(f"{key}: only scalar fields within one word are held as columns")
@@ -85,7 +85,7 @@ class Columns:
 def word_of_rows(rows: np.ndarray, dtype: np.dtype, field: str, take: np.ndarray) -> np.ndarray:
     """One 8-byte field of the records at `take` of (n, 8) uint64 rows, gathered without the
     rest of each record (a selection that needs one field of millions of records)."""
-    ftype, offset = dtype.fields[field][:2]
+    ftype, offset = dtype.fields[field][:2]  # type: ignore[index]  # a record dtype: fields is set
     if ftype.itemsize != 8 or offset % 8:
         raise KeyError(f"{field}: not a whole 8-byte word of its record")
     return rows[take, offset // 8].view(ftype)

@@ -154,7 +154,9 @@ def compare(a: list[Trace], b: list[Trace]) -> dict:
 
 def format_compare(r: dict, label_a: str, label_b: str) -> str:
     """The comparison as a text table."""
-    ms = lambda ns: f"{ns / 1e6:10.3f} ms"
+    def ms(ns):
+        return f"{ns / 1e6:10.3f} ms"
+
     lines = [f"A: {label_a} ({r['a']['runs']} run(s))", f"B: {label_b} ({r['b']['runs']} run(s))",
              f"times: medians; a difference counts (*) beyond the noise bound ({r['noise_rel']:.0%} of A, "
              f"{r['noise_wall']:.0%} of A's wall time, or either side's spread)", f"{'':24} {'A':>13} {'B':>13} {'B - A':>13} {'':>8}"]

@@ -33,7 +33,7 @@ def compare_sources(trace, a: str = "events", b: str = "cupti") -> pd.DataFrame:
 
 def accuracy(diff: pd.DataFrame) -> dict:
     """Median and 95th percentile of |Δstart| and |Δend|, in µs, over `compare_sources` rows."""
-    out = {"operations": int(len(diff))}
+    out: dict[str, float] = {"operations": int(len(diff))}
     for col, name in (("d_start", "start"), ("d_end", "end")):
         v = np.abs(diff[col].to_numpy(np.float64)) / 1e3
         out[f"{name}_median_us"] = float(np.median(v)) if len(v) else float("nan")

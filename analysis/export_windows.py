@@ -29,7 +29,9 @@ def export_parquet_windows(path, directory, records: int = WINDOW_RECORDS, stric
     index = index_trace(path, strict=strict)
     plan = plan_windows(index, records, context=0)
     width = len(str(max(len(index.graph_ids), 1)))
-    rows, t_start, meta = {}, time.monotonic(), None
+    rows: dict[str, int] = {}
+    meta: dict | None = None
+    t_start = time.monotonic()
     for w, raw in read_ahead(index, plan, strict, tail_ns=0):
         trace = load_raw(raw)
         part = f"graphs={w.first_graph:0{width}d}-{max(w.end_graph - 1, w.first_graph):0{width}d}"

@@ -63,8 +63,8 @@ class Loader:
         self.raw = raw
         self.clock = raw.clock()
         self.strings = raw.strings
-        self.a_call = None  # access_calls()
-        self.a_own = None  # access_record_columns()
+        self.a_call: np.ndarray | None = None  # access_calls()
+        self.a_own: dict | None = None  # access_record_columns()
         self.a_lifetime = None  # each access's buffer lifetime, matched with its buffer and offset
 
     def rel(self, ticks: np.ndarray) -> np.ndarray:
@@ -230,7 +230,7 @@ class Loader:
     def calls(self) -> pd.DataFrame:
         cols = self.raw.calls
         order = np.argsort(cols["t_begin"], kind="stable")
-        fields = [name for name in CALL_DTYPE.names if name != "type"]
+        fields = [name for name in CALL_DTYPE.names if name != "type"]  # type: ignore[union-attr]  # a record dtype
         # In t_begin order, a field a thread.
         r = dict(zip(fields, side_by_side(*[lambda f=f: cols[f][order] for f in fields])))
         self.c_id = r["call_id"].astype(np.uint64)

@@ -62,7 +62,7 @@ def graph_range(graphs) -> tuple[int, int]:
 def match_backends(backends, names: list[str], table: pd.DataFrame) -> np.ndarray:
     if isinstance(backends, str):
         backends = [backends]
-    dev = {}
+    dev: dict[str, set[str]] = {}
     for lab, dn in zip(backend_labels(table), table["device_name"].astype(object)):
         dev.setdefault(lab, set()).add("" if pd.isna(dn) else str(dn))
     want = []
@@ -503,7 +503,7 @@ class IntervalModel:
         bufs = np.concatenate([iv["src_buf"].to_numpy(), iv["dst_buf"].to_numpy()])
         uniq = np.unique(bufs[bufs >= 0])
         b = self.trace.buffers
-        info = {}
+        info: dict[int, str] = {}
         for ptr, bt, us in zip(b["buffer"].tolist(), b["buft_name"].astype(object),
                                b["usage"].astype(object)):
             info.setdefault(int(ptr), f"{'' if pd.isna(bt) else bt} {'' if pd.isna(us) else us}")

@@ -1,7 +1,7 @@
 """Every kind of interval a trace holds — the call kinds of trace_format.h (named as in
-trace_file.CALL_KINDS) and CUPTI's activity kinds — with the groups the loader and the analyses
+trace_format.CALL_KINDS) and CUPTI's activity kinds — with the groups the loader and the analyses
 sort them into and the colour the views draw them in: one table, so that a new kind is added in
-one place (a test holds it to trace_file.CALL_KINDS)."""
+one place (a test holds it to trace_format.CALL_KINDS)."""
 from __future__ import annotations
 
 # The table's order is the order of the categories of each frame's `kind` (sync: synchronize,

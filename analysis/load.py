@@ -19,7 +19,7 @@ from .arrays import frame_of, kind_ids, lookup, pick_lifetime
 from .frames import SOURCE_PRIORITY, Loader, backend_labels
 from .kinds import SCHED_KINDS
 from .meta import recorded_env
-from .raw_trace import RawTrace
+from .raw_trace import RawTrace, RingWindow
 from .trace_file import display_path, read_trace_file
 from .trace_format import FILE_SNAPSHOT
 from .window_index import TAIL_NS, WINDOW_RECORDS, Window, index_trace, plan_windows, read_ahead, read_window
@@ -59,6 +59,10 @@ class Trace:
     gpu: pd.DataFrame
     gpu_samples: pd.DataFrame
     delays: pd.DataFrame
+    # set only on traces read together (together.py): each process, their time axis, the traces
+    processes: pd.DataFrame
+    clock: str
+    parts: list[Trace]
 
     def __init__(self, path: str, header: dict, meta: dict, strings: dict[int, str],
                  warnings: list[str], nvml: dict | None = None, loader: Loader | None = None,
@@ -68,7 +72,7 @@ class Trace:
         self.damage: list[str] = []        # the warnings that say records were lost
         self.closed = True                 # the writer closed the file (the program ended)
         self.not_attached: str | None = None  # why the capture never attached, if it did not
-        self.ring = None                   # a flight recorder's file: the window it holds (analysis/ring.py)
+        self.ring: RingWindow | None = None  # a flight recorder's file: the window it holds (analysis/ring.py)
         self.header = header
         self.meta = meta
         self.strings = strings
@@ -112,7 +116,7 @@ class Trace:
         of accesses needs, which the load makes once."""
         rows = self.__dict__.get("_access_calls")
         if rows is None:
-            self.calls  # the lookup is by the calls' ids
+            _ = self.calls  # built first: the lookup is by the calls' ids
             loader = self.__dict__.get("_loader")
             rows = (loader.access_calls() if loader is not None else
                     lookup(self.calls["call_id"].to_numpy(np.uint64), self.accesses["call_id"].to_numpy(np.uint64)))
@@ -127,7 +131,7 @@ class Trace:
         loader = self.__dict__.get("_loader")
         if loader is None or "accesses" in self.__dict__:
             return self.accesses[list(Loader.RECORD_COLUMNS)]
-        self.buffers, self.calls  # the lifetimes their buffers are matched to; the calls' ends
+        _ = self.buffers, self.calls  # built first: the lifetimes their buffers are matched to; the calls' ends
         with self._lock:
             return frame_of(loader.access_record_columns())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-_shown_at = {}  # progress: when each stage last printed
+_shown_at: dict[str, float] = {}  # progress: when each stage last printed
 
 
 def print_progress(stage: str, done: int, total: int, elapsed: float) -> None:

@@ -249,7 +249,7 @@ def verdict_words(r: dict) -> str:
     """What the times prove about one finding (a dict of RaceReport.to_json()), in words."""
     verdict = r.get("verdict") or ("manifested" if r.get("manifested") else "latent")
     bounds = {"bounds": " (device-time bounds)",
-              "events": f" (event-watcher times, ±{EVENTS_TOLERANCE_NS // 1000} us each)"}.get(r.get("basis"), "")
+              "events": f" (event-watcher times, ±{EVENTS_TOLERANCE_NS // 1000} us each)"}.get(r.get("basis") or "", "")
     if verdict == "manifested":
         words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r.get("inverted")
                  else "MANIFESTED (the earlier operation had not finished when the later one began)")

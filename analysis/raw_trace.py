@@ -27,13 +27,12 @@ class RingWindow:
     cut: dict                    # records cut for lying before the window, per record kind
 
     def describe(self) -> str:
-        span = ((self.end_ns - self.start_ns) / 1e9 if self.start_ns is not None and self.end_ns is not None
-                else None)
         size = f"{self.ring_chunks} ring + {self.kept_chunks} kept chunks"
         rule = f"keeps {self.keep_ns / 1e9:g} s" if self.keep_ns else "size rule only"
-        if span is None:
+        if self.start_ns is None or self.end_ns is None:
             head = f"flight recorder ({rule}, {size}): the ring never wrapped, the whole run is here"
         else:
+            span = (self.end_ns - self.start_ns) / 1e9
             head = (f"flight recorder ({rule}, {size}): window of the last {span:.3f} s "
                     f"(from {self.start_ns / 1e9:.3f} s)")
         if self.snapshot_ns is not None:

@@ -9,6 +9,7 @@ reduced run's trace shows the same race when one of its findings has the same sh
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -116,7 +117,7 @@ def flat_finding(race: dict) -> dict:
 def shape_of(finding: dict, trace) -> Shape:
     """The shape of one finding (a row of RaceReport.findings, as a dict) of `trace`; raises
     NotReducible when it is none of SHAPES, saying which part differs."""
-    f = {k: (None if (v is not None and not isinstance(v, str) and pd.isna(v)) else v) for k, v in finding.items()}
+    f: dict[str, Any] = {k: (None if (v is not None and not isinstance(v, str) and pd.isna(v)) else v) for k, v in finding.items()}
     who = f"{f['a_backend']} {f['a_kind']} / {f['b_backend']} {f['b_kind']}"
     if f.get("a_role") == "reduce" and f.get("b_role") == "copy":
         devices = _meta_devices(trace)

@@ -31,12 +31,12 @@ def oldest_chunk_ns(path, header: dict) -> int | None:
     settled_blocks reads a live file (pread: the writer may trim it meanwhile), headers kept."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        heads = [_chunk_heads(_read_block(fd, off)) for off in _offsets(fd)]
+        blocks = [_chunk_heads(_read_block(fd, off)) for off in _offsets(fd)]
     finally:
         os.close(fd)
-    if not heads:
+    if not blocks:
         return None
-    heads = np.concatenate(heads).view(CHUNK_HEADER_DTYPE)[:, 0]
+    heads = np.concatenate(blocks).view(CHUNK_HEADER_DTYPE)[:, 0]
     ring = heads[(heads["magic"] == CHUNK_MAGIC) & (heads["region"] == CHUNK_RING)]
     if len(ring) == 0:
         return None
@@ -51,8 +51,10 @@ def cut_to_window(raw: RawTrace) -> RingWindow:
     ring = chunks[chunks["region"] == CHUNK_RING]
     start = _window_start(ring)
     clock = raw.clock()
-    start_ns = int(clock.to_ns(np.array([start]))[0]) if start is not None else None
-    cut = _cut(raw, start, start_ns) if start is not None else {}
+    start_ns, cut = None, {}
+    if start is not None:
+        start_ns = int(clock.to_ns(np.array([start]))[0])
+        cut = _cut(raw, start, start_ns)
     ends = [clock.to_ns(raw.calls["t_end"]).max()] if len(raw.calls) else []
     t0 = raw.header["t0_monotonic_ns"]
     snap = raw.header["snapshot_ns"] - t0 if flags & FILE_SNAPSHOT and raw.header["snapshot_ns"] else None

@@ -83,7 +83,7 @@ class _Model:
         self.bcats = pd.Index(c["backend"].cat.categories)
         self.bc = c["backend"].cat.codes.to_numpy(np.int64)  # -1: no backend
         self.knames = np.asarray(self.kcats, dtype=object)
-        self.bnames = np.append(np.asarray(self.bcats, dtype=object), None)  # code -1: none
+        self.bnames = np.array([*self.bcats, None], dtype=object)  # code -1: none
         self.thread = c["thread"].to_numpy(np.int64)
         self.meta_parent = c["meta_parent"].to_numpy(bool)
         self.t_begin = c["t_begin"].to_numpy(np.int64)
@@ -256,19 +256,20 @@ class _Model:
         in call order, and `seg` the segment of each."""
         needed, conflict = np.zeros(n, bool), np.full(n, None, dtype=object)
         later = np.flatnonzero(later_seg >= 0)
-        if self.writes_of is not None:
+        reads_of, writes_of, touches_of = self.reads_of, self.writes_of, self.touches_of
+        if reads_of is not None and writes_of is not None and touches_of is not None:  # (set together)
             # By call first, the buffers as bits: a call none of whose accesses can meet one of the
             # other side's in its segment (a write meets any access, a read a write) is left out
             # before its accesses are listed.
             ls = later_seg[later]  # per segment: the buffers its drained work and its later calls write, touch
-            d_writes, d_touches = _or_by(seg, self.writes_of[work], n), _or_by(seg, self.touches_of[work], n)
-            l_writes, l_touches = _or_by(ls, self.writes_of[later], n), _or_by(ls, self.touches_of[later], n)
-            meets_d = (self.writes_of[work] & l_touches[seg]) | (self.reads_of[work] & l_writes[seg])
-            meets_l = (self.writes_of[later] & d_touches[ls]) | (self.reads_of[later] & d_writes[ls])
+            d_writes, d_touches = _or_by(seg, writes_of[work], n), _or_by(seg, touches_of[work], n)
+            l_writes, l_touches = _or_by(ls, writes_of[later], n), _or_by(ls, touches_of[later], n)
+            meets_d = (writes_of[work] & l_touches[seg]) | (reads_of[work] & l_writes[seg])
+            meets_l = (writes_of[later] & d_touches[ls]) | (reads_of[later] & d_writes[ls])
             work, seg, later = work[meets_d != 0], seg[meets_d != 0], later[meets_l != 0]
         d, d_seg = self._accesses_of(work, seg)
-        l, l_seg = self._accesses_of(later, later_seg[later])
-        if len(d) == 0 or len(l) == 0:
+        la, l_seg = self._accesses_of(later, later_seg[later])
+        if len(d) == 0 or len(la) == 0:
             return needed, conflict
         # A pair conflicts only if one of the two writes: a drained write against every later access
         # of its key (segment, buffer), a drained read against the later writes. Later accesses that
@@ -276,13 +277,13 @@ class _Model:
         n_buf = int(self.a_buf.max()) + 1
         n_keys = n * n_buf
         key_d = d_seg * n_buf + self.a_buf[d]  # dense codes
-        key_l = l_seg * n_buf + self.a_buf[l]
-        dw, lw = self.a_write[d], self.a_write[l]
+        key_l = l_seg * n_buf + self.a_buf[la]
+        dw, lw = self.a_write[d], self.a_write[la]
         meets = np.zeros(2 * n_keys, bool)  # by key * 2 + (a later write)
         meets[key_d[dw] * 2] = True         # a later read meets a drained write
         meets[key_d * 2 + 1] = True         # a later write meets any drained access
         keep = np.flatnonzero(meets[key_l * 2 + lw])
-        l, key_l, lw = l[keep], key_l[keep], lw[keep]
+        la, key_l, lw = la[keep], key_l[keep], lw[keep]
         by_key = stable_order(key_l)
         writes = by_key[lw[by_key]]  # the later writes, still in key order
         partners = {True: _KeyGroups(key_l, by_key, n_keys), False: _KeyGroups(key_l, writes, n_keys)}
@@ -310,18 +311,22 @@ class _Model:
             hit_d, hit_l, hit_seg = [], [], []
             for write in (True, False):
                 i, j = partners[write].pairs(rows[dw[rows] == write], key_d)
-                dd, ll = d[i], l[j]
+                dd, ll = d[i], la[j]
                 cd, cl = self.a_call[dd], self.a_call[ll]
                 same_queue = self.queued[cl] & (self.runs_on[cl] == self.runs_on[cd])  # a peer copy's own queue
                 hit = (self.a_off[dd] < self.a_end[ll]) & (self.a_off[ll] < self.a_end[dd]) & ~same_queue
-                hit_d.append(dd[hit]), hit_l.append(ll[hit]), hit_seg.append(d_seg[i[hit]])
+                hit_d.append(dd[hit])
+                hit_l.append(ll[hit])
+                hit_seg.append(d_seg[i[hit]])
             dd, ll, sg = np.concatenate(hit_d), np.concatenate(hit_l), np.concatenate(hit_seg)
             # each segment's first pair in file order: its first drained access, then the first later one
             first = np.lexsort((self.a_order[ll], self.a_order[dd], sg))
             sg, at = np.unique(sg[first], return_index=True)
             needed[sg] = True
             open_seg[sg] = False
-            first_seg.append(sg), first_d.append(dd[first[at]]), first_l.append(ll[first[at]])
+            first_seg.append(sg)
+            first_d.append(dd[first[at]])
+            first_l.append(ll[first[at]])
         if needed.any():
             dd, ll = np.concatenate(first_d), np.concatenate(first_l)
             conflict[np.concatenate(first_seg)] = join_text(self._access(dd), " before ", self._access(ll))
@@ -479,7 +484,7 @@ def _per(key: pd.Series, blocked: np.ndarray, avoidable: np.ndarray) -> pd.DataF
     missing value last)."""
     codes, values = pd.factorize(key, sort=True, use_na_sentinel=False)
     sums = np.zeros((3, len(values)), np.int64)
-    for row, weights in enumerate((blocked, np.where(avoidable, blocked, 0), 1)):
+    for row, weights in enumerate((blocked, np.where(avoidable, blocked, 0), np.ones(len(codes), np.int64))):
         np.add.at(sums[row], codes, weights)
     return pd.DataFrame({key.name: values.infer_objects(), "blocked_ns": sums[0], "avoidable_blocked_ns": sums[1],
                          "calls": sums[2]})

@@ -70,6 +70,7 @@ def summarize_in_windows(path, records: int = WINDOW_RECORDS, strict: bool = Tru
         total = part if total is None else _add_summaries(total, part)
         if progress:
             progress("summary", w.number + 1, len(plan), time.monotonic() - t_start)
+    assert total is not None  # plan_windows gives at least one window
     info = {"windows": len(plan), "warnings": list(dict.fromkeys(warnings)), "damage": list(dict.fromkeys(damage))}
     return total, info
 

@@ -63,13 +63,12 @@ def side_by_side(*jobs: Callable[[], object]) -> list:
     errors = []
     for i in reversed(range(len(jobs))):
         if futures[i].cancel():  # not started: run it here
-            futures[i] = None
             try:
                 results[i] = jobs[i]()
             except BaseException as e:  # the others may share arrays: wait for them first
                 errors.append(e)
     for i, f in enumerate(futures):
-        if f is not None:
+        if not f.cancelled():  # (a cancelled one ran here)
             try:
                 results[i] = f.result()
             except BaseException as e:

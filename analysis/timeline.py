@@ -300,7 +300,7 @@ def _view(model: IntervalModel, tb: StringTables, cls: np.ndarray, x0: int, x1: 
 
     # arrows among exact rows
     ar = model.arrows
-    arrows = {"x0": [], "y0": [], "x1": [], "y1": [], "type": []}
+    arrows: dict[str, list] = {"x0": [], "y0": [], "x1": [], "y1": [], "type": []}
     hidden_arrows = 0
     if len(ar):
         a0, a1 = ar["t0"].to_numpy(), ar["t1"].to_numpy()

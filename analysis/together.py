@@ -101,7 +101,7 @@ def _rename(col: pd.Series, shared: set, label: str) -> pd.Series:
 
 
 def _backend_names(t: Trace) -> set:
-    names = set()
+    names: set[str] = set()
     for frame in t.frames().values():
         for c in BACKEND_COLUMNS:
             if c in frame.columns:

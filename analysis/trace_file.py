@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import numpy as np
 
 from .checks import Parts, check_header, check_records
 from .columns import Columns
-from .raw_trace import RawTrace, RingWindow, TickClock  # noqa: F401 (importable from here, as before)
+from .raw_trace import RawTrace
 from .ring import claimed_after, cut_to_window, settled_blocks
-# Every name of the format stays importable from here, as before trace_format.py was split out
-# (the writers in tracer/ and the tests import them from this module).
-from .trace_format import *  # noqa: F401,F403
 from .trace_format import (
     ACCESS_DTYPE, BACKEND_DTYPE, BUFFER_DTYPE, CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
     CLOCK_DTYPE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT, FORMAT_VERSION,
@@ -101,9 +99,9 @@ def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray,
     heads = recs[::per_chunk].view(CHUNK_HEADER_DTYPE)
     used = heads["magic"] == CHUNK_MAGIC
     # Pad the last (cut) chunk with zeros: they sit after the cut, so they end it harmlessly.
-    t2 = np.zeros(n_chunks * per_chunk, dtype=np.uint8)
-    t2[:n] = types
-    t2 = t2.reshape(n_chunks, per_chunk)
+    padded = np.zeros(n_chunks * per_chunk, dtype=np.uint8)
+    padded[:n] = types
+    t2 = padded.reshape(n_chunks, per_chunk)
     mask = np.zeros((n_chunks, per_chunk), dtype=bool)
     mask[:, 1:] = records_before_first_zero(t2[:, 1:]) & used[:, None]
     return mask.reshape(-1)[:n], heads[used].copy()
@@ -183,9 +181,9 @@ def _damaged_chunks(recs: np.ndarray, types: np.ndarray) -> tuple[int, int, int]
     per_chunk = SLOTS_PER_CHUNK
     n_chunks = -(-len(types) // per_chunk)
     heads = recs[::per_chunk].view(CHUNK_HEADER_DTYPE)
-    t2 = np.zeros(n_chunks * per_chunk, dtype=np.uint8)
-    t2[: len(types)] = types
-    t2 = t2.reshape(n_chunks, per_chunk)
+    padded = np.zeros(n_chunks * per_chunk, dtype=np.uint8)
+    padded[: len(types)] = types
+    t2 = padded.reshape(n_chunks, per_chunk)
     bad = np.flatnonzero((heads["magic"] != CHUNK_MAGIC) & (t2[:, 1] != 0))
     if len(bad) == 0:
         return 0, 0, -1
@@ -316,7 +314,7 @@ def _group_records(raw: RawTrace, rows: np.ndarray, types: np.ndarray, strict: b
         raw.damage.append(raw.warnings[-1])
 
     slots = {}
-    for rtype, dtype in RECORD_DTYPES.items():  # one pass per record type, not per record
+    for rtype in RECORD_DTYPES:  # one pass per record type, not per record
         slots[rtype] = np.flatnonzero(types == rtype)
     checked = {rtype: Parts(Columns.of_rows(rows, RECORD_DTYPES[rtype], idx) if rtype in COLUMNAR
                             else rows[idx].view(RECORD_DTYPES[rtype])[:, 0], idx)
@@ -333,7 +331,8 @@ def _group_records(raw: RawTrace, rows: np.ndarray, types: np.ndarray, strict: b
         for p in problems:
             raw.warnings.append(f"{shown}: {p} dropped")
             raw.damage.append(raw.warnings[-1])
-    parts = {rtype: p.recs for rtype, p in checked.items()}
+    # a record array of each type, or its Columns for the columnar types
+    parts: dict[int, Any] = {rtype: p.recs for rtype, p in checked.items()}
     raw.string_recs = parts[REC_STRING]
     raw.meta = parts[REC_META]
     raw.threads = parts[REC_THREAD]

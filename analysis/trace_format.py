@@ -9,6 +9,8 @@ A leaf: it imports no other analysis module, so that every layer above can impor
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 FILE_MAGIC = b"GGMLTRC\0"
@@ -82,7 +84,7 @@ class TraceFormatError(ValueError):
     """The file is not a readable ggml-trace file (or is corrupt in a way we refuse to guess at)."""
 
 
-def _struct(itemsize: int, fields: list[tuple[str, str, int]]) -> np.dtype:
+def _struct(itemsize: int, fields: list[tuple[str, Any, int]]) -> np.dtype:
     """A packed little-endian record dtype; padding fields are left out, offsets keep the layout."""
     names, formats, offsets = zip(*fields)
     return np.dtype({"names": list(names), "formats": list(formats),

@@ -40,6 +40,8 @@ class StringTables:
     """Escaped string tables shared by the Python view and the HTML store (escape=str gives
     the raw strings, for formats that are not HTML)."""
 
+    raw: StringTables  # the unescaped tables, where a view sets them (the timeline's labels: plain text)
+
     def __init__(self, model: IntervalModel, class_names, esc=esc):
         self.kinds = [esc(k) for k in model.kinds]
         self.backends = [esc(b) for b in model.backend_names]

@@ -118,7 +118,7 @@ def _index(path, fd, size, shown, progress, strict) -> TraceIndex:
     n_chunks = -(-body_size // CHUNK_SIZE)  # a last chunk cut by the end of the file counts
     unused = unknown = bad_chunks = 0
     first_bad = None
-    parts = {k: [] for k in ("pos", "thread", "calls_lo", "calls_hi", "gpu_lo", "gpu_hi", "n", "globals",
+    parts: dict[str, list] = {k: [] for k in ("pos", "thread", "calls_lo", "calls_hi", "gpu_lo", "gpu_hi", "n", "globals",
                               "graph", "graph_t")}
     operations = accesses = 0
     t_start = time.monotonic()
@@ -208,7 +208,7 @@ def _pread_chunks(fd: int, first: int, n: int, body_size: int, shown: str, out: 
     buf = out.reshape(-1).view(np.uint8)
     got, offset = 0, HEADER_SIZE + first * CHUNK_SIZE
     while got < want:  # straight into place; one read may return less than asked (2 GiB at most)
-        k = os.preadv(fd, [buf[got:]], offset + got)
+        k = os.preadv(fd, [buf[got:]], offset + got)  # type: ignore[list-item]  # an ndarray is a writable buffer
         if k == 0:
             break
         got += k

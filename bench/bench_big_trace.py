@@ -8,8 +8,9 @@ prints its time, its peak memory (RSS) and whether it found the race in every gr
 
     .venv/bin/python bench/bench_big_trace.py [--events 200000000] [--dir /tmp] [--keep]
 
---trace FILE analyses a trace made before (--keep) instead; --tree DIR runs the `ggml-trace races`
-of another checkout (an earlier commit's, for a side-by-side figure). Arguments after -- go to
+--trace FILE analyses a trace made before (--keep) instead; --site DIR runs the `ggml-trace races`
+installed there (an earlier commit's, for a side-by-side figure: bench/gpu/install_here.sh's
+install_tree). Arguments after -- go to
 `ggml-trace races` (--windows: windows whatever the file's size, on a host with memory to spare).
 """
 from __future__ import annotations
@@ -25,12 +26,13 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
+sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
-from ggml_trace.analysis.trace_file import (CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE,  # noqa: E402
-                                 HEADER_SIZE, NONE32, RECORD_SIZE, REC_ACCESS, REC_CALL, REC_CLOCK,
-                                 SLOTS_PER_CHUNK, ACCESS_DTYPE, chunk_bytes, read_trace_file,
-                                 records_before_first_zero)
+from ggml_trace.analysis.trace_file import chunk_bytes, read_trace_file, records_before_first_zero  # noqa: E402
+from ggml_trace.analysis.trace_format import (  # noqa: E402
+    CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, NONE32, RECORD_SIZE,
+    REC_ACCESS, REC_CALL, REC_CLOCK, SLOTS_PER_CHUNK, ACCESS_DTYPE,
+)
 from bench_races import build_trace  # noqa: E402
 from peak_rss import PEAK_RSS  # noqa: E402
 
@@ -112,7 +114,8 @@ def main() -> int:
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--keep", action="store_true", help="keep the generated trace")
     ap.add_argument("--trace", help="analyse this trace (generated before with --keep) instead")
-    ap.add_argument("--tree", default=ROOT, help="the checkout whose `ggml-trace races` runs (default: this)")
+    ap.add_argument("--site", help="a folder where another checkout is installed: its `ggml-trace races` runs "
+                                   "(default: this environment's)")
     ap.add_argument("races_args", nargs="*", help="more arguments for `ggml-trace races` (after --)")
     args = ap.parse_args()
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -136,11 +139,14 @@ def main() -> int:
     t = time.perf_counter()
     # `ggml-trace races`, writing its own peak RSS (VmHWM) to a file at the end: getrusage would
     # count this process's RSS too (ru_maxrss survives the exec that starts the command).
+    big = os.path.abspath(big)  # (the command runs from elsewhere)
     peak_file = big + ".peak"
     cmd = ("import sys; from ggml_trace.tracer.cli import main; rc = main(sys.argv[2:]); "
            f"open(sys.argv[1], 'w').write(str({PEAK_RSS})); sys.exit(rc)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [args.site, os.environ.get("PYTHONPATH")])))
+    # not from a checkout: its ggml_trace/ (the current directory comes first for -c) would hide the install
     r = subprocess.run([sys.executable, "-c", cmd, peak_file, "races", big, "--json", *args.races_args],
-                       stdout=subprocess.PIPE, text=True, cwd=args.tree)
+                       stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir())
     took = time.perf_counter() - t
     with open(peak_file) as f:
         peak = int(f.read())
@@ -150,7 +156,7 @@ def main() -> int:
     found = found == [graphs]
     print(f"races: exit {r.returncode} in {took:.0f} s ({events / took / 1e6:.2f} M events/s), "
           f"peak RSS {peak / 2**30:.2f} GiB (goal < 4 GiB: {'met' if peak < 4 * 2**30 else 'NOT met'}); "
-          f"the race seen in all {graphs:,} graphs: {'yes' if found else 'no'} ({args.tree})")
+          f"the race seen in all {graphs:,} graphs: {'yes' if found else 'no'} ({args.site or 'this environment'})")
     if template:
         if not args.keep:
             os.unlink(big)

@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ggml_trace.tracer import programs  # noqa: E402
+from ggml_trace.tracer import programs
 
 MODES = ["off", "infer", "observe"]
 WORDS = "the of and to a in is it you that he was for on are with as I his they be at one have this from".split()

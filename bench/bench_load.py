@@ -13,7 +13,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
 from ggml_trace import analysis  # noqa: E402
 from peak_rss import PEAK_RSS  # noqa: E402
@@ -23,10 +23,10 @@ from tracegen import synth_trace  # noqa: E402
 def _load_in_fresh_process(path: str) -> tuple[float, int]:
     """(seconds, peak RSS in bytes) of one load in a new interpreter. The peak is its own VmHWM:
     getrusage would count this process's RSS too (ru_maxrss survives the exec that starts it)."""
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ggml_trace import analysis; "
-            "t = time.perf_counter(); analysis.load(sys.argv[2]).frames(); took = time.perf_counter() - t; "
+    code = ("import sys, time; from ggml_trace import analysis; "
+            "t = time.perf_counter(); analysis.load(sys.argv[1]).frames(); took = time.perf_counter() - t; "
             f"print(took, {PEAK_RSS})")
-    out = subprocess.run([sys.executable, "-c", code, ROOT, path], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, path], check=True, capture_output=True, text=True)
     took, peak = out.stdout.split()
     return float(took), int(peak)
 

@@ -21,10 +21,10 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [os.path.join(ROOT, "tests")]
 
 from ggml_trace import analysis  # noqa: E402
-from ggml_trace.analysis.trace_file import (  # noqa: E402
+from ggml_trace.analysis.trace_format import (  # noqa: E402
     ACC_READ, ACC_WRITE, ACCESS_DTYPE, CALL_DTYPE, KIND_IDS, NONE32, REC_ACCESS, REC_CALL,
 )
 from tracegen import TraceBuilder  # noqa: E402

@@ -22,14 +22,13 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 SITE = os.path.join(ROOT, "build", "hta-site")
 
 from peak_rss import PEAK_RSS  # noqa: E402
 
 OURS = """
-import json, sys, time
-sys.path.insert(0, {root!r})
+import json, time
 from ggml_trace.analysis import load
 t = time.perf_counter()
 trace = load({path!r})
@@ -147,7 +146,7 @@ def main() -> int:
             slices = sum(1 for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
         print(f"{events:,} events ({os.path.getsize(trace) / 2**20:.0f} MiB trace); exported: {slices:,} "
               f"slices ({os.path.getsize(exported) / 2**20:.0f} MiB of JSON)")
-        ours = min((run(OURS.format(root=ROOT, path=trace, peak=PEAK_RSS)) for _ in range(args.repeat)),
+        ours = min((run(OURS.format(path=trace, peak=PEAK_RSS)) for _ in range(args.repeat)),
                    key=lambda r: r["seconds"])
         hta = min((run(HTA.format(site=SITE, path=exported, peak=PEAK_RSS)) for _ in range(args.repeat)),
                   key=lambda r: r["seconds"])

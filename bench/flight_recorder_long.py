@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from ggml_trace.analysis import load, races  # noqa: E402
 from ggml_trace.tracer import programs, snapshots  # noqa: E402

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [os.path.join(ROOT, "tests")]
 
 from ggml_trace.analysis.frames import Loader  # noqa: E402
 from ggml_trace.analysis.threads import thread_count  # noqa: E402

@@ -6,15 +6,12 @@ usage: fuzz_commands.py SECONDS OUTDIR FILE..."""
 import contextlib
 import io
 import json
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ggml_trace.tracer.cli import main  # noqa: E402
+from ggml_trace.tracer.cli import main
 
 
 class Timeout(Exception):

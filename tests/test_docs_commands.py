@@ -110,7 +110,7 @@ def test_every_block_runs_or_says_why_not():
             bad.append(f"{b.where}: 'not run in tests' without a reason")
         if b.skip is None:
             for n, cmd, _ in b.commands:
-                code = "\n".join(l.split(" #", 1)[0] for l in cmd.splitlines())
+                code = "\n".join(line.split(" #", 1)[0] for line in cmd.splitlines())
                 if PLACEHOLDER.search(code):
                     bad.append(f"{b.doc.relative_to(ROOT)}:{n}: a placeholder in a block that runs; make it "
                                f"concrete or mark the block <!-- not run in tests: REASON -->\n    {cmd}")

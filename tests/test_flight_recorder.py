@@ -15,7 +15,8 @@ from conftest import built_program, ggml_trace
 
 from ggml_trace.analysis import load
 from ggml_trace.analysis.ring import _window_start, oldest_chunk_ns
-from ggml_trace.analysis.trace_file import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE, read_header, read_trace_file
+from ggml_trace.analysis.trace_file import read_header, read_trace_file
+from ggml_trace.analysis.trace_format import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEADER_SIZE
 from ggml_trace.analysis.trace_format import CHUNK_RING, TraceFormatError
 from ggml_trace.tracer import snapshots
 
@@ -318,8 +319,7 @@ def test_snapshot_from_python_inside_the_traced_process(tmp_path):
     out = tmp_path / "py.ggmltrace"
     code = ("from ggml_trace import tracer; tracer.mark('before'); print(tracer.snapshot()); tracer.mark('after')")
     r = ggml_trace("record", "--ring", "1", "-o", out, "--hooks",
-                   built_program("b10531", "libggml-trace-hooks.so"), "--", sys.executable, "-c", code,
-                   env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+                   built_program("b10531", "libggml-trace-hooks.so"), "--", sys.executable, "-c", code)
     assert r.returncode == 0, r.stderr
     snap = Path(r.stdout.strip())
     assert snap.name == "py.snapshot-1.ggmltrace"

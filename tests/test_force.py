@@ -12,7 +12,7 @@ from tracegen import TraceBuilder
 
 from ggml_trace import analysis
 from ggml_trace.analysis import race_match
-from ggml_trace.analysis.trace_file import BUF_ALLOCATED
+from ggml_trace.analysis.trace_format import BUF_ALLOCATED
 from conftest import completion_cmd, ggml_trace
 from ggml_trace.tracer import force, programs
 from ggml_trace.tracer.record import record

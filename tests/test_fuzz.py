@@ -23,9 +23,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ggml_trace import analysis
 from ggml_trace.analysis import TraceFormatError
-from ggml_trace.analysis.trace_file import (
-    CHUNK_SIZE, HEADER_SIZE, RECORD_DTYPES, RECORD_SIZE, _valid_record_mask,
-)
+from ggml_trace.analysis.trace_file import _valid_record_mask
+from ggml_trace.analysis.trace_format import CHUNK_SIZE, HEADER_SIZE, RECORD_DTYPES, RECORD_SIZE
 from test_load import check_dtypes
 
 DATA = Path(__file__).parent / "data"

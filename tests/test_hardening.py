@@ -19,9 +19,9 @@ import pytest
 
 from ggml_trace import analysis
 from ggml_trace.analysis import TraceFormatError
-from ggml_trace.analysis.trace_file import (
-    CALL_DTYPE, CHUNK_SIZE, GPU_DTYPE, GPU_KERNEL, HEADER_SIZE, META_DTYPE, REC_CALL, REC_GPU,
-    RECORD_DTYPES, RECORD_SIZE, read_trace_file,
+from ggml_trace.analysis.trace_file import read_trace_file
+from ggml_trace.analysis.trace_format import (
+    CHUNK_SIZE, GPU_KERNEL, HEADER_SIZE, REC_CALL, REC_GPU, RECORD_DTYPES, RECORD_SIZE,
 )
 from conftest import completion_cmd, ggml_trace, simple_cmd
 from test_fuzz import _offsets

@@ -24,8 +24,12 @@ def run(cmd, **kw):
 def installed(tmp_path_factory):
     """(the venv's bin folder, an environment with its own cache and registry, the wheel)."""
     tmp = tmp_path_factory.mktemp("install")
+    # setuptools builds under tmp, not in the checkout's build/: files left there by another build
+    # (a module since removed, another worktree's) would go into the wheel
+    cfg = tmp / "setup.cfg"
+    cfg.write_text(f"[build]\nbuild_base = {tmp / 'build'}\n[egg_info]\negg_base = {tmp}\n")
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp / "dist",
-         ROOT], timeout=600)
+         ROOT], timeout=600, env=dict(os.environ, DIST_EXTRA_CONFIG=str(cfg)))
     (wheel,) = (tmp / "dist").glob("ggml_trace-*.whl")
     run([sys.executable, "-m", "venv", tmp / "venv"], timeout=300)
     bin_dir = tmp / "venv" / "bin"

@@ -1,14 +1,21 @@
-"""The layers of analysis/ (docs/architecture.md): format -> read -> frames -> judge -> show.
-Every module is placed in one layer (LAYERS), and imports go down or across, never up: a module
+"""The layers of the package (docs/architecture.md). analysis/: format -> read -> frames -> judge ->
+show; tracer/, the control above it, stands on it: analysis never imports tracer. Every module is
+placed in one layer (LAYERS, TRACER_LAYERS), and imports go down or across, never up: a module
 imports, at module level or inside a function (an import inside a function only hides the
-dependency, it does not remove it), only modules of its own layer or below. A module not in the
-map fails the test, so that a new one gets placed. No import circles either, and the format
-module imports no other analysis module."""
+dependency, it does not remove it), in any form, only modules of its own layer or below. A module
+not in the map fails the test, so that a new one gets placed. No import circles either, and the
+format module imports no other module of the package."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
-ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
-FORMAT = "trace_format"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "ggml_trace"
+FOLDERS = {"analysis": ROOT / "analysis", "tracer": ROOT / "tracer"}  # as pyproject.toml maps them
+FORMAT = "analysis.trace_format"
 
 # Each module of analysis/ in the layer of what it is for (docs/architecture.md has the same map).
 LAYERS = {
@@ -27,38 +34,60 @@ LAYERS = {
     "show": ["intervals", "view_text", "timeline", "export", "export_windows", "report", "compare_page",
              "progress", "windows", "__init__"],
 }
-ORDER = list(LAYERS)
-LAYER_OF = {module: layer for layer, modules in LAYERS.items() for module in modules}
+# Each module of tracer/ in the layer of what it is for. tracer's layers stand among analysis'
+# (ORDER): a module may import analysis up to the layer below its own.
+TRACER_LAYERS = {
+    # while a program is traced, inside it (the control API, the snapshots it takes) and beside it
+    # (the recorder, what it appends, NVML, finding the hooks, delay rules): the format and the
+    # reader, no pandas
+    "recording": ["__init__", "api", "snapshots", "record", "trace_append", "nvml", "hooks", "delay_spec"],
+    # programs, scenarios and builds run and recorded; races forced and reduced
+    "control": ["programs", "scenario", "build_hooks", "demo", "force", "reduce", "repro_cpp", "vulkan_runs"],
+    # the command line
+    "command": ["cli", "cli_common", "cli_views"],
+}
+# every layer, lowest first
+ORDER = ["format", "read", "recording", "frames", "judge", "show", "control", "command"]
+LAYER_OF = {**{f"analysis.{m}": layer for layer, modules in LAYERS.items() for m in modules},
+            **{f"tracer.{m}": layer for layer, modules in TRACER_LAYERS.items() for m in modules}}
 
 
-def imports_of(path: Path, modules: set[str]) -> set[str]:
-    """The modules of the same package that the file imports anywhere in it (every `from .x
-    import`, `from . import x`, `import ggml_trace.analysis.x`, in functions and `if` blocks too)."""
+def _module(dotted: str, modules: set[str]) -> str | None:
+    """'ggml_trace.analysis.races' -> 'analysis.races', the package 'ggml_trace.analysis' ->
+    'analysis.__init__'; None for what is not one of `modules`."""
+    parts = dotted.split(".")
+    if parts[0] != PACKAGE or len(parts) < 2:
+        return None
+    name = f"{parts[1]}.{parts[2]}" if len(parts) > 2 else f"{parts[1]}.__init__"
+    return name if name in modules else None
+
+
+def imports_of(path: Path, module: str, modules: set[str]) -> set[str]:
+    """The modules of `modules` that the file of `module` ('tracer.cli') imports anywhere in it, in
+    functions and `if` blocks too, in every form: `import ggml_trace.analysis.x`, `from
+    ggml_trace.analysis.x import y`, `from ggml_trace.analysis import x` (x a module, else the
+    package's name), `from ggml_trace import analysis`, and relative (`from . import x`, `from .x
+    import y`, `from ..analysis import x`)."""
+    package = module.split(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = []
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1:  # from .x import y / from . import x
-                names = [node.module] if node.module else [a.name for a in node.names]
-            elif node.level == 0 and node.module:  # from ggml_trace.analysis.x import y
-                names = [node.module]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[:2] == ["ggml_trace", "analysis"]:
-                parts = parts[2:]
-            if parts and parts[0] in modules:
-                found.add(parts[0])
+        if isinstance(node, ast.Import):
+            found |= {_module(a.name, modules) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from the module's own package (level 1), or ggml_trace (level 2)
+                base = ".".join([PACKAGE, package][:3 - node.level] + ([base] if base else []))
+            for a in node.names:  # a module of that name, else a name the module holds
+                found.add(_module(f"{base}.{a.name}", modules) or _module(base, modules))
+    found.discard(None)
     return found
 
 
-def import_graph(folder: Path) -> dict[str, set[str]]:
-    files = {p.stem: p for p in folder.glob("*.py")}
-    graph = {name: imports_of(path, set(files)) for name, path in files.items()}
-    for name in graph:
-        graph[name].discard(name)
-    return graph
+def import_graph(folders: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module of the package's folders ('analysis.races'; the package itself:
+    'analysis.__init__') with the modules of them it imports."""
+    files = {f"{package}.{p.stem}": p for package, folder in folders.items() for p in folder.glob("*.py")}
+    return {name: imports_of(path, name, set(files)) - {name} for name, path in files.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -84,52 +113,142 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def upward_imports(graph: dict[str, set[str]], layer_of: dict[str, str]) -> list[str]:
-    """Each import of a module from a higher layer, as 'a (layer) imports b (layer)'."""
+    """Each import of a module from a higher layer, as 'a (layer) imports b (layer)'; and each
+    import of tracer from analysis."""
     rank = {module: ORDER.index(layer) for module, layer in layer_of.items()}
-    return [f"{m} ({layer_of[m]}) imports {i} ({layer_of[i]})"
-            for m in sorted(graph) for i in sorted(graph[m]) if rank[i] > rank[m]]
+    return [f"{m} ({layer_of[m]}) imports {i} ({layer_of[i]})" for m in sorted(graph) for i in sorted(graph[m])
+            if rank[i] > rank[m] or (m.startswith("analysis.") and i.startswith("tracer."))]
 
 
 def test_every_module_has_a_layer():
-    modules = set(import_graph(ANALYSIS))
+    modules = set(import_graph(FOLDERS))
     unplaced = sorted(modules - set(LAYER_OF))
-    assert not unplaced, f"analysis/ modules in no layer (place them in LAYERS, tests/test_layers.py): {unplaced}"
+    assert not unplaced, f"modules in no layer (place them in LAYERS or TRACER_LAYERS, tests/test_layers.py): {unplaced}"
     gone = sorted(set(LAYER_OF) - modules)
-    assert not gone, f"LAYERS names modules analysis/ no longer has: {gone}"
-    assert len(LAYER_OF) == sum(len(m) for m in LAYERS.values()), "a module placed in two layers"
+    assert not gone, f"the layers name modules that are gone: {gone}"
+    placed = sum(len(m) for m in LAYERS.values()) + sum(len(m) for m in TRACER_LAYERS.values())
+    assert len(LAYER_OF) == placed, "a module placed in two layers"
+    assert set(ORDER) == set(LAYERS) | set(TRACER_LAYERS)
 
 
 def test_imports_go_down_the_layers():
-    upward = upward_imports(import_graph(ANALYSIS), LAYER_OF)
-    assert not upward, "imports up the layers in analysis/: " + "; ".join(upward)
+    upward = upward_imports(import_graph(FOLDERS), LAYER_OF)
+    assert not upward, "imports up the layers: " + "; ".join(upward)
 
 
 def test_no_import_circles():
-    circles = cycles(import_graph(ANALYSIS))
-    assert not circles, "import circles in analysis/: " + "; ".join(" -> ".join(c) for c in circles)
+    circles = cycles(import_graph(FOLDERS))
+    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
 
 
 def test_the_format_is_a_leaf():
-    graph = import_graph(ANALYSIS)
+    graph = import_graph(FOLDERS)
     assert FORMAT in graph
-    assert graph[FORMAT] == set(), f"analysis/{FORMAT}.py imports {sorted(graph[FORMAT])}"
+    assert graph[FORMAT] == set(), f"analysis/trace_format.py imports {sorted(graph[FORMAT])}"
+
+
+# -- what an import loads: the format and the reader need neither pandas nor plotly, nor does the
+# control API inside a traced program; the package's names are imported on first use
+
+HEAVY = ["pandas", "plotly", "ggml_trace.analysis.races", "ggml_trace.analysis.stalls",
+         "ggml_trace.analysis.timeline", "ggml_trace.analysis.report"]
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules of HEAVY that running `code` in a fresh interpreter (this one's) loads."""
+    probe = f"import sys\n{code}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return set(r.stdout.split())
+
+
+def test_the_format_and_the_reader_load_no_pandas_and_no_view():
+    assert loaded_after("import ggml_trace.analysis.trace_format") == set()
+    assert loaded_after("from ggml_trace.analysis import trace_file, raw_trace\n"
+                        "from ggml_trace.analysis.trace_file import read_trace_file") == set()
+
+
+def test_the_control_api_loads_no_pandas():
+    assert loaded_after("import ggml_trace.tracer.api") == set()
+    assert loaded_after("from ggml_trace import tracer\ntracer.mark('x')") == set()
+
+
+def test_the_package_names_are_the_functions_whichever_module_loads_first():
+    """`analysis.load` is the function though races.py imported the load module before it was
+    asked for (the import system sets a loaded module on its package)."""
+    code = ("import ggml_trace.analysis.races, ggml_trace.analysis.timeline\n"
+            "from ggml_trace import analysis\n"
+            "from ggml_trace.analysis import load, races, timeline\n"
+            "assert analysis.load is load is sys.modules['ggml_trace.analysis.load'].load\n"
+            "assert analysis.races is races is sys.modules['ggml_trace.analysis.races'].races\n"
+            "assert analysis.timeline is timeline is sys.modules['ggml_trace.analysis.timeline'].timeline\n"
+            "assert analysis.stalls is sys.modules['ggml_trace.analysis.stalls']\n"
+            "assert analysis.windows.races_in_windows\n"
+            "assert all(getattr(analysis, n) is not None for n in analysis.__all__)\n"
+            "assert set(analysis.__all__) <= set(dir(analysis))")
+    assert loaded_after(code) >= {"pandas", "plotly"}
+
+
+def plant(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    """The files ('analysis/low.py': its text) in tmp_path, as the package's folders."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return {package: tmp_path / package for package in FOLDERS}
 
 
 def test_the_check_sees_a_hidden_circle(tmp_path):
     """The check itself: a circle hidden by an import inside a function, through `from . import`."""
-    (tmp_path / "a.py").write_text("from .b import f\n")
-    (tmp_path / "b.py").write_text("def f():\n    from . import a\n    return a\n")
-    (tmp_path / "c.py").write_text("from .a import f\n")  # imports into the circle, not part of it
-    assert cycles(import_graph(tmp_path)) == [["a", "b", "a"]]
-    (tmp_path / "b.py").write_text("def f():\n    return 1\n")
-    assert cycles(import_graph(tmp_path)) == []
+    folders = plant(tmp_path, {"analysis/a.py": "from .b import f\n",
+                               "analysis/b.py": "def f():\n    from . import a\n    return a\n",
+                               "analysis/c.py": "from .a import f\n"})  # imports into the circle, not part of it
+    assert cycles(import_graph(folders)) == [["analysis.a", "analysis.b", "analysis.a"]]
+    (tmp_path / "analysis" / "b.py").write_text("def f():\n    return 1\n")
+    assert cycles(import_graph(folders)) == []
 
 
-def test_the_check_sees_an_upward_import(tmp_path):
-    """The check itself: an import up the layers hidden inside a function, through `from . import`."""
-    (tmp_path / "low.py").write_text("def f():\n    from . import high\n    return high\n")
-    (tmp_path / "high.py").write_text("from .low import f\n")
-    layer_of = {"low": "read", "high": "judge"}
-    assert upward_imports(import_graph(tmp_path), layer_of) == ["low (read) imports high (judge)"]
-    (tmp_path / "low.py").write_text("def f():\n    return 1\n")
-    assert upward_imports(import_graph(tmp_path), layer_of) == []
+TMP_LAYERS = {"analysis.low": "read", "analysis.high": "judge", "analysis.__init__": "show",
+              "tracer.api": "recording", "tracer.cli": "command"}
+
+
+@pytest.mark.parametrize("where,text,seen", [
+    # in analysis/low.py (read), hidden inside a function
+    ("analysis/low.py", "from . import high", "analysis.low (read) imports analysis.high (judge)"),
+    ("analysis/low.py", "from .high import f", "analysis.low (read) imports analysis.high (judge)"),
+    ("analysis/low.py", "import ggml_trace.analysis.high", "analysis.low (read) imports analysis.high (judge)"),
+    ("analysis/low.py", "import ggml_trace.analysis.high as h", "analysis.low (read) imports analysis.high (judge)"),
+    ("analysis/low.py", "from ggml_trace.analysis.high import f", "analysis.low (read) imports analysis.high (judge)"),
+    ("analysis/low.py", "from ggml_trace.analysis import high", "analysis.low (read) imports analysis.high (judge)"),
+    ("analysis/low.py", "from ggml_trace import analysis", "analysis.low (read) imports analysis.__init__ (show)"),
+    ("analysis/low.py", "from . import load", "analysis.low (read) imports analysis.__init__ (show)"),  # a name of the package
+    # analysis never imports tracer, whatever their layers
+    ("analysis/high.py", "from ..tracer import api", "analysis.high (judge) imports tracer.api (recording)"),
+    ("analysis/high.py", "from ggml_trace.tracer.api import mark", "analysis.high (judge) imports tracer.api (recording)"),
+    # in tracer/api.py (recording: the format and the reader only)
+    ("tracer/api.py", "from ..analysis import high", "tracer.api (recording) imports analysis.high (judge)"),
+    ("tracer/api.py", "from ..analysis.high import f", "tracer.api (recording) imports analysis.high (judge)"),
+    ("tracer/api.py", "from .. import analysis", "tracer.api (recording) imports analysis.__init__ (show)"),
+    ("tracer/api.py", "from . import cli", "tracer.api (recording) imports tracer.cli (command)"),
+    ("tracer/api.py", "import ggml_trace.tracer.cli", "tracer.api (recording) imports tracer.cli (command)"),
+])
+def test_the_check_sees_an_upward_import(tmp_path, where, text, seen):
+    """The check itself: an import up the layers in each form, hidden inside a function."""
+    files = {name: "def f():\n    return 1\n" for name in ("analysis/low.py", "analysis/high.py", "analysis/__init__.py",
+                                                          "tracer/api.py", "tracer/cli.py")}
+    folders = plant(tmp_path, files)
+    assert upward_imports(import_graph(folders), TMP_LAYERS) == []
+    plant(tmp_path, {where: f"def f():\n    {text}\n    return 1\n"})
+    assert upward_imports(import_graph(folders), TMP_LAYERS) == [seen]
+
+
+def test_the_check_lets_imports_go_down_and_across(tmp_path):
+    folders = plant(tmp_path, {
+        "analysis/low.py": "from ggml_trace.analysis import low\n",
+        "analysis/high.py": "import ggml_trace.analysis.low\nfrom . import high\n",
+        "analysis/__init__.py": "from .high import f\n",
+        "tracer/api.py": "from ..analysis.low import f\nfrom .. import __version__\nimport ggml_trace\n",
+        "tracer/cli.py": "from ..analysis import load, high\nfrom ggml_trace import analysis\nfrom .api import mark\n"})
+    graph = import_graph(folders)
+    assert graph["tracer.cli"] == {"analysis.__init__", "analysis.high", "tracer.api"}
+    assert graph["tracer.api"] == {"analysis.low"}
+    assert upward_imports(graph, TMP_LAYERS) == []

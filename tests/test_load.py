@@ -13,9 +13,10 @@ from tracegen import TraceBuilder, string_id, synth_trace
 from ggml_trace.analysis.schema import FRAMES
 from ggml_trace.analysis import Trace, TraceFormatError, load, summarize
 from ggml_trace.analysis.load import FRAME_NEEDS
-from ggml_trace.analysis.trace_file import (
-    BUF_ALLOCATED, BUF_FREED, BUF_SEEN, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, INCOMPLETE_STRING,
-    REC_CALL, RECORD_SIZE, TickClock, read_trace_file,
+from ggml_trace.analysis.trace_file import INCOMPLETE_STRING, read_trace_file
+from ggml_trace.analysis.raw_trace import TickClock
+from ggml_trace.analysis.trace_format import (
+    BUF_ALLOCATED, BUF_FREED, BUF_SEEN, CHUNK_SIZE, CLOCK_DTYPE, HEADER_SIZE, REC_CALL, RECORD_SIZE,
 )
 
 # A NumPy or pandas deprecation in the loader's path fails here first, before it breaks a release.
@@ -652,7 +653,7 @@ GPU_TRACES = sorted(Path(__file__).parent.glob("data/*.ggmltrace"))
 def test_frames_are_built_when_first_touched_and_the_same_in_any_order(path):
     t = load(path)
     assert not any(name in vars(t) for name in FRAME_NEEDS)  # load read the records, built no frame
-    t.splits
+    _ = t.splits
     built = {name for name in FRAME_NEEDS if name in vars(t)}
     assert "splits" in built and "copies" in built and "accesses" not in built  # copies resolve their own
     forward = t.frames()

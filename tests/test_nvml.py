@@ -18,7 +18,8 @@ import pytest
 
 from ggml_trace import analysis
 from ggml_trace.analysis import load
-from ggml_trace.analysis.trace_file import CHUNK_SIZE, HEADER_SIZE, NONE32, RECORD_SIZE, read_header, read_trace_file
+from ggml_trace.analysis.trace_file import read_header, read_trace_file
+from ggml_trace.analysis.trace_format import CHUNK_SIZE, HEADER_SIZE, NONE32, RECORD_SIZE
 from conftest import built_program, ggml_trace
 from ggml_trace.tracer import record
 from ggml_trace.tracer.nvml import METRICS, NvmlSampler, Samples

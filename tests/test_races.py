@@ -18,7 +18,7 @@ from ggml_trace.analysis import RaceReport, load, races
 from ggml_trace.analysis.race_report import missing_words
 from ggml_trace.analysis.races import format_report
 from ggml_trace.analysis.schema import FINDINGS
-from ggml_trace.analysis.trace_file import BUF_ALLOCATED, BUF_FREED
+from ggml_trace.analysis.trace_format import BUF_ALLOCATED, BUF_FREED
 from ggml_trace.tracer.cli import main as cli
 
 A, B, CPU, RPC = 0, 1, 2, 3             # backend indices
@@ -633,7 +633,7 @@ def test_the_best_observer_of_a_device_interval_decides(tmp_path):
 
 
 def _gpu_records(rows):
-    from ggml_trace.analysis.trace_file import GPU_DTYPE, REC_GPU
+    from ggml_trace.analysis.trace_format import GPU_DTYPE, REC_GPU
 
     recs = np.zeros(len(rows), GPU_DTYPE)
     recs["type"] = REC_GPU

@@ -16,7 +16,7 @@ from ggml_trace.analysis import load, threads
 from ggml_trace.analysis.columns import Columns
 from ggml_trace.analysis.schema import FRAMES
 from ggml_trace.analysis.threads import in_ranges, side_by_side, thread_count
-from ggml_trace.analysis.trace_file import ACCESS_DTYPE, CALL_DTYPE
+from ggml_trace.analysis.trace_format import ACCESS_DTYPE, CALL_DTYPE
 
 
 def test_jobs_run_side_by_side(monkeypatch):

@@ -25,14 +25,13 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from tracegen import TraceBuilder  # noqa: E402
 
 from ggml_trace import analysis  # noqa: E402
 from ggml_trace.analysis.kinds import COPY_KINDS  # noqa: E402
-from ggml_trace.analysis.trace_file import BUF_ALLOCATED  # noqa: E402
+from ggml_trace.analysis.trace_format import BUF_ALLOCATED  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
 # Real traces, recorded by the tests themselves (once per session) under build/test-traces/.

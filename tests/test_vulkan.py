@@ -1,15 +1,13 @@
 """Issue #23321 on the real ggml Vulkan backend (Mesa's lavapipe here), before (b10524) and after
 (b10531) the fix, traced with device timing; and the race verdicts' rules for bounds."""
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from ggml_trace import analysis
 from ggml_trace.analysis import load
 from ggml_trace.analysis.races import format_report, races
-from test_races import A, US, analyse, builder, findings, reuse_graph
+from test_races import US, analyse, builder, findings, reuse_graph
 from ggml_trace.tracer import vulkan_runs
 from ggml_trace.tracer.hooks import build_root
 

@@ -123,7 +123,7 @@ def test_windows_refuse_a_ring_and_read_damage_as_the_whole_does(tmp_path):
 def test_a_cut_file_in_windows_keeps_what_the_whole_read_keeps(synthetic, tmp_path, cut_at):
     """A file cut inside a chunk (copied while written, a full disk): the windows read its last,
     partial chunk as the whole-file reader does, every whole record in it."""
-    from ggml_trace.analysis.trace_file import CHUNK_SIZE, HEADER_SIZE
+    from ggml_trace.analysis.trace_format import CHUNK_SIZE, HEADER_SIZE
 
     path, _ = synthetic
     data = path.read_bytes()

@@ -10,14 +10,9 @@ t0_ticks, so every test goes through the loader's tick -> ns conversion.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from ggml_trace.analysis.trace_file import (  # noqa: E402
+from ggml_trace.analysis.trace_format import (
     ACC_READ, ACC_WRITE, ACCESS_DTYPE, BACKEND_DTYPE, BUF_ALLOCATED, BUFFER_DTYPE, CALL_DTYPE,
     CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE, FILE_HEADER_DTYPE, FILE_MAGIC,
     FORMAT_VERSION, HEADER_SIZE, KIND_IDS, META_DTYPE, NONE32, REC_ACCESS, REC_BACKEND,

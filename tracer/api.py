@@ -11,7 +11,7 @@ Outside a traced process every call is a no-op, so scripts need no special casin
 import contextlib
 import ctypes
 
-_lib = None
+_lib: ctypes.CDLL | bool | None = None  # None: not looked for yet; False: no hooks in this process
 
 
 def _hooks():
@@ -19,9 +19,7 @@ def _hooks():
     global _lib
     if _lib is None:
         process = ctypes.CDLL(None)
-        try:
-            process.ggml_trace_active
-        except AttributeError:
+        if not hasattr(process, "ggml_trace_active"):  # (looks the symbol up)
             _lib = False
             return None
         for name, res, args in [

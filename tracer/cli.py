@@ -254,12 +254,16 @@ def cmd_stalls(args) -> int:
     per_graph, per_boundary = tot.pop("per_graph"), tot.pop("per_boundary")
     top = s.sort_values("blocked_ns", ascending=False, kind="stable").head(args.top)
     if args.json:
-        rows = lambda df: json.loads(df.to_json(orient="records"))
+        def rows(df):
+            return json.loads(df.to_json(orient="records"))
+
         print(json.dumps(dict(tot, stalls=rows(s.assign(words=[words(r) for r in s.to_dict("records")])),
                               per_graph=rows(per_graph), per_boundary=rows(per_boundary), warnings=trace.warnings,
                               damaged=bool(trace.damage)), indent=2))
         return 0
-    ms = lambda ns: f"{ns / 1e6:.3f} ms"
+    def ms(ns):
+        return f"{ns / 1e6:.3f} ms"
+
     print(f"{name}: the host was blocked {ms(tot['blocked_ns'])} in {tot['calls']} calls "
           f"(waits {ms(tot['wait_blocked_ns'])}, synchronous copies {ms(tot['copy_blocked_ns'])}); "
           f"avoidable: {ms(tot['avoidable_blocked_ns'])} in {tot['avoidable_calls']} waits")

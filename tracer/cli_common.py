@@ -38,7 +38,7 @@ def add_reading_args(p, graphs: bool = True, together: bool = False) -> None:
                             "they did, in bounded memory: for a trace too large to load whole")
 
 
-def graph_range(text: str) -> tuple:
+def graph_range(text: str) -> tuple[int | None, int | None]:
     """--graphs: 'A:B', 'A-B', 'A:', ':B' or 'N' -> (A or None, B or None)."""
     import argparse
 
@@ -80,7 +80,7 @@ def _load_path(path, args):
 
     strict = not getattr(args, "lenient", False)
     large = read_in_windows(path)
-    graphs = getattr(args, "graphs", None)
+    graphs: tuple[int | None, int | None] | str | None = getattr(args, "graphs", None)
     if isinstance(graphs, str):  # the timeline draws its --graphs of the whole trace, unless that is too large
         graphs = graph_range(graphs) if large else None
     if graphs:

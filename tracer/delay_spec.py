@@ -7,6 +7,7 @@ names of op= are checked by the hooks against the program's own ggml. See docs/d
 from __future__ import annotations
 
 import re
+from typing import Any, NoReturn
 
 KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
          "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait", "synchronize",
@@ -26,7 +27,7 @@ class DelaySpecError(ValueError):
     pass
 
 
-def _fail(rule: str, why: str):
+def _fail(rule: str, why: str) -> NoReturn:
     raise DelaySpecError(f"bad delay rule '{rule}': {why}")
 
 
@@ -55,7 +56,7 @@ def parse_rule(rule: str) -> dict:
     kind = parts[0]
     if kind != "*" and kind not in KINDS:
         _fail(rule, f"unknown call kind ({', '.join(KINDS[:-1])} or {KINDS[-1]} or *)")
-    out = {"backend": None if backend == "*" else backend, "kind": None if kind == "*" else kind,
+    out: dict[str, Any] = {"backend": None if backend == "*" else backend, "kind": None if kind == "*" else kind,
            "graph": None, "split": None, "nth": None, "op": None, "tensor": None, "seed": 0,
            "random": random, "us": float(us)}
     for kv in parts[1:]:

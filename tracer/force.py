@@ -327,7 +327,7 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
         result.baseline_diverged_from_expected = sum(
             _output(run_dir, b.name, b.returncode) != expected for b in baselines)
         result.compared_with, result.diverged_runs = "expected", result.diverged_from_expected
-    elif baselines:
+    elif result.diverged_from_baseline is not None:  # (there were baselines)
         result.compared_with, result.diverged_runs = "baseline", result.diverged_from_baseline
     result.command = _command(rec, lib, rule, run_dir / "forced.ggmltrace")
     result.verdict = verdict(result.manifested_runs, result.diverged_runs, result.undetermined_runs)
@@ -369,6 +369,7 @@ def _command(rec: Recorded, lib: Path, rule: str, output: Path) -> str:
 
 
 def _message(r: ForceResult) -> str:
+    assert r.race is not None  # every result but "no-race" has its race
     a = r.race["a"]
     what = (f"race [{r.race_number}] ({r.race['class']}: {a['backend']} {a['kind']} delayed "
             f"{r.delay_us:.0f} us)")
@@ -395,6 +396,7 @@ def format_result(r: ForceResult) -> str:
     """The listing `ggml-trace force` prints."""
     if r.verdict == "no-race":
         return r.message
+    assert r.race is not None
     lines = [r.message,
              f"race: {r.race['missing']}",
              f"delay: {r.delay_us:.0f} us ({r.delay_reason}); rule {r.rule}",

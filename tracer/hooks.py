@@ -137,7 +137,7 @@ def ggml_program(cmd: list) -> str:
     return cmd[0]
 
 
-def hooks_for(program: str, build: str = None) -> Path:
+def hooks_for(program: str, build: str | None = None) -> Path:
     """The hook library for `program` (or for the pinned `build`, e.g. 'b10531')."""
     if build:
         builds = pinned_builds()

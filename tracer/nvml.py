@@ -41,8 +41,8 @@ def gpu_metadata() -> dict:
                 if i < j:
                     level = _try(nv.nvmlDeviceGetTopologyCommonAncestor, a, b)
                     p2p = _try(nv.nvmlDeviceGetP2PStatus, a, b, nv.NVML_P2P_CAPS_INDEX_READ)
-                    nvlinks = sum(1 for l in range(nv.NVML_NVLINK_MAX_LINKS)
-                                  if _try(nv.nvmlDeviceGetNvLinkState, a, l) == nv.NVML_FEATURE_ENABLED)
+                    nvlinks = sum(1 for link in range(nv.NVML_NVLINK_MAX_LINKS)
+                                  if _try(nv.nvmlDeviceGetNvLinkState, a, link) == nv.NVML_FEATURE_ENABLED)
                     out["links"].append({"a": i, "b": j, "topology_level": level,
                                          "p2p_read": p2p == nv.NVML_P2P_STATUS_OK, "nvlinks_up_on_a": nvlinks})
         return out
@@ -94,8 +94,8 @@ class NvmlSampler:
         self.reason = "not started"
         self.n_gpus = 0
         self._nv = None
-        self._handles = []
-        self._thread = None
+        self._handles: list = []
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         # One row per (reading, device): its time, device and every metric (NaN: not read).
@@ -152,7 +152,7 @@ class NvmlSampler:
         next_t = time.monotonic()
         while True:
             for d, h in enumerate(self._handles):
-                row = []
+                row: list[float] = []
                 t = time.monotonic_ns()
                 for g, (names, read) in enumerate(groups):
                     vals = (float("nan"),) * len(names)

@@ -44,7 +44,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def rpc_server(build: str, trace: Path = None, port: int = None):
+def rpc_server(build: str, trace: Path | None = None, port: int | None = None):
     """ggml-rpc-server on loopback (traced into `trace` if given); yields 'host:port'."""
     port = port or free_port()
     cmd = [str(program(build, "ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(port)]
@@ -59,7 +59,9 @@ def rpc_server(build: str, trace: Path = None, port: int = None):
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"ggml-rpc-server did not start: {proc.stderr.read().decode()[-2000:]}")
+                proc.kill()  # one still running would hold its stderr open: reading it would never end
+                err = proc.communicate()[1].decode(errors="replace")
+                raise RuntimeError(f"ggml-rpc-server did not start: {err[-2000:]}")
             time.sleep(0.05)
         yield f"127.0.0.1:{port}"
     finally:

@@ -131,7 +131,7 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: boo
     env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None), delays)
     clear_traces(output)
     sampler = NvmlSampler(nvml_interval_ms) if nvml else None
-    taken = []
+    taken: list = []  # snapshots.Snapshot
     with sampler or contextlib.nullcontext():
         proc = subprocess.Popen(cmd, env=env, **popen_kwargs)
         forwarded = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -181,7 +181,8 @@ def _samples_bound(env: dict, output: Path, sampler: NvmlSampler | None):
         return None
 
     def trim():
-        from ..analysis.trace_file import TraceFormatError, read_header
+        from ..analysis.trace_file import read_header
+        from ..analysis.trace_format import TraceFormatError
 
         now = time.monotonic_ns() - 1_000_000_000
         try:

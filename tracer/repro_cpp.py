@@ -4,6 +4,8 @@ their own tree; it runs the graph on the first GPU ggml lists (and the CPU), com
 the same graph on the CPU alone, and exits 1 when a run is wrong (docs/reduce.md)."""
 from __future__ import annotations
 
+from typing import Any
+
 OPS = {"scale": "ggml_scale(ctx, {a}, 2.0f)", "cont": "ggml_cont(ctx, {a})", "sqr": "ggml_sqr(ctx, {a})",
        "add": "ggml_add(ctx, {a}, {b})", "mul": "ggml_mul(ctx, {a}, {b})"}
 
@@ -13,7 +15,7 @@ class NoStandalone(ValueError):
 
 
 def parse(spec: str) -> dict:
-    out = {"devices": 1, "elements": 4096, "iterations": 1, "pipelined": False, "lines": [], "output": None}
+    out: dict[str, Any] = {"devices": 1, "elements": 4096, "iterations": 1, "pipelined": False, "lines": [], "output": None}
     for raw in spec.splitlines():
         w = raw.split("#", 1)[0].split()
         if not w:

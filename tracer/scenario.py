@@ -1,6 +1,5 @@
 """`ggml-trace scenario`: run a scheduler scenario on virtual async devices, many times, traced,
 and compare each result bit-exactly with the same graph computed on the CPU alone."""
-import os
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -64,7 +63,7 @@ def parse_latencies(text) -> list[float]:
 
 
 def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LATENCY_US,
-        jitter_us: float = 0.0, seed: int = 0, out_dir: Path = None, devices: int = 3,
+        jitter_us: float = 0.0, seed: int = 0, out_dir: Path | None = None, devices: int = 3,
         backend: str = "vdev", device_timing: bool = True, vdevs_beside: int = 0,
         spec: Path | None = None) -> ScenarioResult:
     """backend "vdev": virtual devices; "vulkan": the real Vulkan device 0 of the build's Vulkan tree
@@ -88,7 +87,7 @@ def run(name: str, build: str = "b10531", runs: int = 10, latency_us=DEFAULT_LAT
     # a sized scenario spreads over --devices devices; the others carry their own count
     extra = ["--devices", str(devices)] if name in SIZED_SCENARIOS else []
     extra += ["--backend", "vulkan"] if backend == "vulkan" else []
-    extra += ["--spec", str(Path(spec).resolve())] if name == "spec" else []
+    extra += ["--spec", str(Path(spec).resolve())] if name == "spec" and spec else []
     extra += ["--devices", str(1 + vdevs_beside)] if vdevs_beside and name not in SIZED_SCENARIOS else []
     exe = str(program(tree, "ggml-trace-scenarios"))
     # the tree's own libraries first: a patched libggml-base beside a copied program (build_patched_base.sh)

@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.ring import settled_blocks
-from ..analysis.trace_file import (CHUNK_SIZE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT,
-                                 HEADER_SIZE, TraceFormatError, read_header)
+from ..analysis.trace_file import read_header
+from ..analysis.trace_format import (
+    CHUNK_SIZE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT, HEADER_SIZE, TraceFormatError,
+)
 
 
 class SnapshotError(Exception):
@@ -107,7 +109,7 @@ def _hold(path: Path, live_ring: bool):
             fd = os.open(path, os.O_WRONLY)
         except OSError:
             fd = None
-    at = FILE_HEADER_DTYPE.fields["hold_until_ns"][1]
+    at = FILE_HEADER_DTYPE.fields["hold_until_ns"][1]  # type: ignore[index]  # a record dtype: fields is set
     if fd is not None:
         # long enough for three reads of the file at a slow 500 MB/s, and at least 2 s
         hold = time.monotonic_ns() + max(2_000_000_000, 6 * os.path.getsize(path))

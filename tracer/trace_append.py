@@ -11,9 +11,10 @@ import os
 
 import numpy as np
 
-from ..analysis.trace_file import (
-    CHUNK_SIZE, HEADER_SIZE, META_DTYPE, REC_META, REC_SAMPLE, REC_STRING, RECORD_SIZE, SAMPLE_DTYPE,
-    NONE32, STRING_DTYPE, STRING_PIECE, chunk_bytes, read_header,
+from ..analysis.trace_file import chunk_bytes, read_header
+from ..analysis.trace_format import (
+    CHUNK_SIZE, HEADER_SIZE, META_DTYPE, REC_META, REC_SAMPLE, REC_STRING, RECORD_SIZE, SAMPLE_DTYPE, NONE32,
+    STRING_DTYPE, STRING_PIECE,
 )
 
 VOID = np.dtype((np.void, RECORD_SIZE))

@@ -57,7 +57,7 @@ def verdicts(trace: Path) -> list:
 
 def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True, n_predict: int = 16,
         visible_devices: str = "0", extra=(), timeout: float = 300) -> dict:
-    # absolute: the recorder runs from the checkout, whatever the caller's directory
+    # absolute: the summary names them, wherever it is read
     bin_dir, out_dir, model = Path(bin_dir).resolve(), Path(out_dir).resolve(), Path(model).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     ref = reference(bin_dir, model, n_predict)
@@ -65,14 +65,14 @@ def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True
     exe = str(bin_dir / "llama-completion")
     cli = [sys.executable, "-m", "ggml_trace.tracer.cli", "record"]
     env = build_env(bin_dir, GGML_VK_VISIBLE_DEVICES=visible_devices)
-    rows, attempts = [], 0
+    rows: list[dict] = []
+    attempts = 0
     while len(rows) < runs and attempts < 2 * runs:
         i, attempts = attempts, attempts + 1
         trace = out_dir / f"run-{i:03d}.ggmltrace"
         cmd = [*cli, *(["--device-timing"] if device_timing else []), "--no-nvml", "-o", str(trace), "--",
                exe, *completion_args(model, n_predict, ["-ngl", "99", "-nkvo", *extra])]
-        r = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env,
-                           cwd=Path(__file__).resolve().parents[1])
+        r = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env)
         (out_dir / f"run-{i:03d}.txt").write_bytes(r.stdout)
         (out_dir / f"run-{i:03d}.log").write_bytes(r.stderr)
         if r.returncode != 0:  # a crash is a finding, never a skipped run

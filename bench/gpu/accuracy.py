@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ggml_trace.analysis import load  # noqa: E402
-from ggml_trace.analysis.device_timing import accuracy, compare_sources  # noqa: E402
+from ggml_trace.analysis import load
+from ggml_trace.analysis.device_timing import accuracy, compare_sources
 
 
 def main(paths):

@@ -1,5 +1,5 @@
 """Per-trace figures of a capture run (bench/gpu/h200_session.sh capture ... OUT_DIR), as JSON.
-From the repository root:  PYTHONPATH=. python3 bench/gpu/check_capture.py OUT_DIR [JSON]
+From the repository root:  . bench/gpu/install_here.sh; python3 bench/gpu/check_capture.py OUT_DIR [JSON]
 Loads every *.ggmltrace under OUT_DIR (or the files named) with analysis.load and prints, per trace:
 calls, splits, copies, device rows by source, gpu (CUPTI) rows, race findings by verdict, warnings
 and the per-backend summary. Writes them to JSON (default OUT_DIR/capture-check.json)."""

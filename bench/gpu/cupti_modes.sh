@@ -10,7 +10,8 @@ t0=$(date +%s)
 bench/gpu/h200_session.sh build "$tar" > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export GGML_TRACE_CUPTI_LIB=$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)
-python3 -m pip install -q --no-deps --target /tmp/site "$wheel" && export PYTHONPATH=/tmp/site:$PWD
+. bench/gpu/install_here.sh || exit 1
+python3 -m pip install -q --no-deps --target /tmp/site "$wheel" && export PYTHONPATH=/tmp/site:$PYTHONPATH
 [ -f /tmp/big.gguf ] || python3 scripts/make_tiny_model.py /tmp/big.gguf --layers 8 --embd 2048 --heads 16 --ff 5632
 [ -f /tmp/tiny.gguf ] || python3 scripts/make_tiny_model.py /tmp/tiny.gguf
 bin=/tmp/b10531/bin

@@ -14,7 +14,7 @@ out=${3:-/tmp/delay-h200}
 bin=$build/bin
 spec=${DELAY_SPEC:-CUDA0:graph_compute,graph=5:2000}
 mkdir -p "$out"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+. bench/gpu/install_here.sh || exit 1
 # CUPTI may not be on the loader's path (the CUDA toolkit's extras/CUPTI/lib64)
 if [ -z "${GGML_TRACE_CUPTI_LIB:-}" ]; then
   GGML_TRACE_CUPTI_LIB=$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1 || true)

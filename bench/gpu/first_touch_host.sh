@@ -9,10 +9,11 @@ mkdir -p "$out"
 exec > >(tee -a "$out/first-touch.log") 2>&1
 echo "host: $(nproc) cores, $(uname -r); virtio drivers: $(ls /sys/bus/virtio/drivers 2>/dev/null | tr '\n' ' ')"
 echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+. bench/gpu/install_here.sh || exit 1
 gcc -O2 -o /tmp/first-touch bench/probes/first_touch.c || exit 1
 for i in 1 2 3; do /tmp/first-touch 1024 1; /tmp/first-touch 1024 0; sleep 3; done
-"$py" -c "import sys; sys.path[:0] = ['.', 'tests']; from tracegen import synth_trace; synth_trace('/tmp/ft.trace', 3_000_000, threads=4)"
-load='import sys, time; sys.path.insert(0, "."); from ggml_trace import analysis; t = time.perf_counter(); analysis.load("/tmp/ft.trace"); print(round(time.perf_counter() - t, 3))'
+"$py" -c "import sys; sys.path[:0] = ['tests']; from tracegen import synth_trace; synth_trace('/tmp/ft.trace', 3_000_000, threads=4)"
+load='import time; from ggml_trace import analysis; t = time.perf_counter(); analysis.load("/tmp/ft.trace"); print(round(time.perf_counter() - t, 3))'
 for i in $(seq "$reps"); do
   echo "one-shot load, 3 M events: huge pages $("$py" -c "$load") s, NUMPY_MADVISE_HUGEPAGE=0 $(NUMPY_MADVISE_HUGEPAGE=0 "$py" -c "$load") s"
   sleep 3

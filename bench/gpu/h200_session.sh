@@ -10,7 +10,7 @@
 # SLIM_TARS: llama.cpp source tarballs named llama-NNNNN-slim.tar.xz (the sdist's llama.cpp tree).
 set -uo pipefail
 step=$1; shift
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+. bench/gpu/install_here.sh || exit 1
 
 build_one() {  # build_one TARBALL -> /tmp/bNNNNN/bin with CUDA ggml, llama programs and the hooks
   local tar=$1 b; b=$(basename "$tar" | sed -E 's/llama-([0-9]+)-slim.*/\1/')

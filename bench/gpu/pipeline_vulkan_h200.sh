@@ -17,7 +17,7 @@ w=${WORK:-$PWD/.ppwork}  # the builds and the model; kept, so that a second call
 mkdir -p "$out" $w
 out=$(realpath "$out")
 exec > >(tee -a "$out/pipeline.log") 2>&1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+. bench/gpu/install_here.sh || exit 1
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 t0=$(date +%s)
 src=$w/src/llama.cpp; b=$w/build

@@ -13,7 +13,7 @@ model=${1:?usage: $0 MODEL OUT_DIR [SECONDS]}; out=${2:?usage: $0 MODEL OUT_DIR 
 bin=/tmp/b10531/bin work=/tmp/ring
 rm -rf $work; mkdir -p "$out" $work
 exec > >(tee -a "$out/ring.log") 2>&1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+. bench/gpu/install_here.sh || exit 1
 export GGML_TRACE_CUPTI_LIB=${GGML_TRACE_CUPTI_LIB:-$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)}
 export GGML_CUDA_ALLREDUCE=none
 

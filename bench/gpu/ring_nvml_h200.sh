@@ -10,7 +10,7 @@ model=${1:?usage: $0 MODEL OUT_DIR [SECONDS]}; out=${2:?usage: $0 MODEL OUT_DIR 
 bin=/tmp/b10531/bin
 mkdir -p "$out"
 exec > >(tee -a "$out/ring-nvml.log") 2>&1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+. bench/gpu/install_here.sh || exit 1
 python3 -c 'import pynvml; pynvml.nvmlInit(); print("NVML", pynvml.nvmlSystemGetDriverVersion())'
 for ring in 2 64M; do
   f=$out/ring-$ring.ggmltrace

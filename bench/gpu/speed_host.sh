@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The speed figures of `make bench` on another host (the GPU host's CPUs; no GPU is used), side by
-# side with an earlier commit's analysis when BASE names a directory holding its `analysis/`,
-# `bench/`, `native_hooks/` and `tests/tracegen.py` (git archive COMMIT analysis bench native_hooks
-# tests/tracegen.py). From the repository root:
+# side with an earlier commit's analysis when BASE names a directory holding that commit's tree
+# (git archive COMMIT | tar -x -C BASE), installed beside this one (install_here.sh). From the
+# repository root:
 #   [BASE=DIR] [PYTHON=python3] [THREADS="1 2 4 8"] [SKIP_WRITER=1] bench/gpu/speed_host.sh OUT_DIR
 # The writer: bench/bench_writer.cpp built here with g++ -O2, a growing file on /dev/shm and on the
 # disk under /tmp, and a full ring. The loader and the race analysis: bench_load.py and
@@ -12,6 +12,9 @@ set -uo pipefail
 out=${1:?usage: [BASE=DIR] $0 OUT_DIR}
 mkdir -p "$out"
 exec > >(tee -a "$out/speed.log") 2>&1
+. bench/gpu/install_here.sh || exit 1
+base_site=/tmp/ggml-trace-base-site
+if [ -n "${BASE:-}" ]; then install_tree "$BASE" "$base_site" || exit 1; fi
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(uname -r)"
 "${PYTHON:-python3}" -c 'import numpy, pandas, sys; print("python", sys.version.split()[0], "numpy", numpy.__version__, "pandas", pandas.__version__)'
 for tree in "$PWD" ${BASE:+"$BASE"}; do
@@ -26,7 +29,8 @@ for tree in "$PWD" ${BASE:+"$BASE"}; do
 done
 for tree in "$PWD" ${BASE:+"$BASE"}; do
   echo "== analysis of $tree"
-  (cd "$tree" && "${PYTHON:-python3}" bench/bench_load.py --events 3000000 && "${PYTHON:-python3}" bench/bench_races.py --events 1000000)
+  site=$GGML_TRACE_SITE; [ "$tree" = "$PWD" ] || site=$base_site
+  (cd "$tree" && export PYTHONPATH=$site:$PYTHONPATH && "${PYTHON:-python3}" bench/bench_load.py --events 3000000 && "${PYTHON:-python3}" bench/bench_races.py --events 1000000)
 done
 for n in ${THREADS:-}; do
   echo "== analysis of $PWD, GGML_TRACE_THREADS=$n"

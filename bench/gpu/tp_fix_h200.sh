@@ -10,7 +10,7 @@
 set -uo pipefail
 step=$1; shift
 here=$(cd "$(dirname "$0")/../.." && pwd)
-export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH}
+. "$here/bench/gpu/install_here.sh" || exit 1
 bin=/tmp/b10531/bin build=/tmp/b10531 src=/tmp/src10531/llama.cpp fix=/tmp/tpfix
 patch_file=$here/patches/meta-allreduce-scratch.patch
 

@@ -1,6 +1,7 @@
 """The meta backend's allreduce scratch race on two GPUs (docs/scenarios.md, meta-allreduce).
 
-On a host with two CUDA GPUs, from the repository root:
+On a host with two CUDA GPUs, from the repository root (with the package installed:
+. bench/gpu/install_here.sh, as tp_proof_h200.sh does):
     python3 bench/gpu/tp_h200.py BIN_DIR MODEL OUT_DIR [--runs 10] [--delay-us 200]
 BIN_DIR holds a CUDA build's llama-completion and the hook library built for it.
 
@@ -22,11 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from ggml_trace.analysis import load  # noqa: E402
-from ggml_trace.analysis.races import races  # noqa: E402
+from ggml_trace.analysis import load
+from ggml_trace.analysis.races import races
 
 PROMPT = ["-n", "16", "-p", "the of and", "--temp", "0", "--seed", "1", "-no-cnv"]
 
@@ -81,7 +79,7 @@ def main() -> int:
         n = a.runs if way == "delay-gpu1" else (a.control_runs if a.control_runs is not None else a.runs)
         for i in range(n):
             trace = out / f"{way}-{i}.ggmltrace"
-            cmd = [sys.executable, "-m", "tracer.cli", "record", "--no-nvml", "--hooks", hooks, "-o", str(trace)]
+            cmd = [sys.executable, "-m", "ggml_trace.tracer.cli", "record", "--no-nvml", "--hooks", hooks, "-o", str(trace)]
             if rule:
                 cmd += ["--delay", rule]
             if a.device_timing:
@@ -89,8 +87,7 @@ def main() -> int:
             if a.cupti:
                 cmd += ["--cupti"]
             cmd += ["--", exe, "-m", a.model, *PROMPT, "-ngl", "99", "-sm", "tensor"]
-            r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, timeout=300,
-                               cwd=ROOT)
+            r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, timeout=300)
             text = generated(r.stdout)
             row = {"rc": r.returncode, "diverged": not agrees(text, ref_text), "output": text[:200]}
             row.update(scratch_race(trace) if trace.exists() else {"trace": "missing", "stderr": r.stderr[-500:]})

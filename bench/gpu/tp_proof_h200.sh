@@ -16,7 +16,7 @@ model=${1:?usage: $0 MODEL OUT_DIR}; out=${2:?usage: $0 MODEL OUT_DIR}
 bin=/tmp/b10531/bin work=/tmp/tpproof
 mkdir -p "$out" $work
 exec > >(tee -a "$out/proof.log") 2>&1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+. bench/gpu/install_here.sh || exit 1
 export GGML_TRACE_CUPTI_LIB=${GGML_TRACE_CUPTI_LIB:-$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)}
 gen=(-n 16 -p "the of and" --temp 0 --seed 1 -no-cnv)
 rec=(python3 -m ggml_trace.tracer.cli record --no-nvml --hooks $bin/libggml-trace-hooks.so)

@@ -20,7 +20,7 @@ runs=${RUNS:-20}
 py=${PYTHON:-python3}
 [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && py=.venv/bin/python
 mkdir -p "$out"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PYTHON=$py . bench/gpu/install_here.sh || exit 1
 vulkaninfo --summary 2>/dev/null | grep -E "deviceName|driverName" || true
 status=0
 for build in "$before" "$after"; do

@@ -1,0 +1,1 @@
+../../ggml_trace/__main__.py
