@@ -4,13 +4,20 @@ spec.txt or reduce.json asks for what no machine should run. The command refuses
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ggml_trace
+DATA = Path(__file__).resolve().parents[1] / "data"
 
-DATA = ROOT / "tests" / "data"
+
+def ggml_trace(*args, **kw):
+    """The installed command, as a user runs it."""
+    exe = Path(sys.executable).parent / "ggml-trace"
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, errors="replace", **kw)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ chunks and loads the rest (strict=False, --lenient)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +18,6 @@ from ggml_trace.analysis.trace_file import (
     CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, FILE_CLOSED, FILE_RING, HEADER_SIZE, REC_CALL, RECORD_SIZE,
     read_trace_file,
 )
-from conftest import ggml_trace
-
 DATA = Path(__file__).resolve().parents[1] / "data"
 NO_CLAIMS = DATA / "cuda-b10531-nkvo-1gpu.ggmltrace"  # an older writer: t_claim and ordinal are 0
 CLAIMED = DATA / "cuda-b10531-simple-1gpu-cupti-kernels.ggmltrace"  # threads 0 and 1, real claim times
@@ -25,6 +25,12 @@ CLAIMED = DATA / "cuda-b10531-simple-1gpu-cupti-kernels.ggmltrace"  # threads 0 
 CLAIM_TIME = "ring chunks with a claim time (t_claim) outside the run"
 TWICE = "ring chunks whose ordinal another chunk of their thread has"
 OUT_OF_ORDER = "ring chunks whose ordinals are out of the order their thread claimed them in"
+
+
+def ggml_trace(*args, **kw):
+    """The installed command, as a user runs it."""
+    exe = Path(sys.executable).parent / "ggml-trace"
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, errors="replace", **kw)
 
 
 def chunk_heads(data: bytearray) -> np.ndarray:

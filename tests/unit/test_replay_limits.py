@@ -4,14 +4,15 @@ program's caps and values that are no counts are refused in one line, before any
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from ggml_trace.analysis.reduction import MIN_ELEMENTS, Shape, spec_text
 from ggml_trace.tracer import replay_limits as rl
 from ggml_trace.tracer.replay_limits import SpecRefused, check_about, check_spec, parse_spec, read_spec, spec_bytes
 
+ROOT = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
 INPUTLESS = Shape("inputless-reuse", "read-after-reuse", "Vulkan0", "CPU", "drain", 16 << 20)
 NEXT_GRAPH = Shape("next-graph-write", "read-after-reuse", "Vulkan0", "CPU", "drain", 16 << 10)
