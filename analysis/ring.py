@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from .checks import BEFORE_NS, I63, SPAN_NS, Problem
 from .raw_trace import RawTrace, RingWindow, TickClock
 from .trace_format import (CALL_ID_COUNTER, CALL_ID_THREAD_SHIFT, CHUNK_HEADER_DTYPE, CHUNK_KEPT, CHUNK_MAGIC,
                            CHUNK_RING, CHUNK_SIZE, FILE_CLOSED, FILE_RING, FILE_SNAPSHOT, GPU_API, GPU_CORRELATION,
@@ -42,6 +43,68 @@ def oldest_chunk_ns(path, header: dict) -> int | None:
         return None
     ticks = float(ring["t_claim"].min()) - float(header["t0_ticks"])
     return int(header["t0_monotonic_ns"] + ticks * header["ns_per_tick"])
+
+
+def bad_ring_chunks(chunks: np.ndarray, offsets: np.ndarray, header: dict) -> tuple[np.ndarray, list[Problem]]:
+    """The chunks of a ring file (CHUNK_HEADER_DTYPE, at file `offsets`) whose header would place
+    the window wrongly, or not at all: an unknown region; a thread's ring chunk claimed outside
+    the run (t_claim 0 or out of the range checks.py allows record times); an ordinal its thread
+    has twice; ordinals out of the order the thread claimed its chunks in. Returns which chunks
+    are bad and one Problem per reason (docs/trace-format.md, "Damaged files")."""
+    bad = np.zeros(len(chunks), bool)
+    problems: list[Problem] = []
+
+    def mark(rows: np.ndarray, what: str) -> None:
+        new = np.zeros(len(chunks), bool)
+        new[rows] = True
+        new &= ~bad
+        if new.any():
+            problems.append(Problem(what, int(new.sum()), int(offsets[np.flatnonzero(new)[0]])))
+            bad[new] = True
+
+    region = chunks["region"]
+    mark(np.flatnonzero((region != CHUNK_RING) & (region != CHUNK_KEPT)), "chunks with an unknown region")
+    # chunks appended after the run (NVML) belong to no thread and have no claim time
+    owned = (region == CHUNK_RING) & (chunks["thread"] != NONE32)
+    t = chunks["t_claim"].astype(np.uint64)
+    lo, hi = _claim_range(header)
+    mark(np.flatnonzero(owned & ((t == 0) | (t < lo) | (t > hi))),
+         "ring chunks with a claim time (t_claim) outside the run")
+    # each thread's chunks by ordinal: one chunk per ordinal, claimed in that order
+    rows = np.flatnonzero(owned & ~bad)
+    rows = rows[np.lexsort((chunks["ordinal"][rows], chunks["thread"][rows]))]
+    same_thread = chunks["thread"][rows][1:] == chunks["thread"][rows][:-1]
+    twice = same_thread & (chunks["ordinal"][rows][1:] == chunks["ordinal"][rows][:-1])
+    mark(_both_of(rows, twice), "ring chunks whose ordinal another chunk of their thread has")
+    rows = rows[~bad[rows]]
+    same_thread = chunks["thread"][rows][1:] == chunks["thread"][rows][:-1]
+    back = same_thread & (t[rows][1:] < t[rows][:-1])  # a later ordinal claimed earlier
+    mark(_both_of(rows, back), "ring chunks whose ordinals are out of the order their thread claimed them in")
+    return bad, problems
+
+
+def _both_of(rows: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """The rows on either side of each neighbour pair (rows[i], rows[i + 1]) that `pairs` marks:
+    which of the two is wrong, the file cannot say."""
+    mask = np.zeros(len(rows), bool)
+    mask[1:] |= pairs
+    mask[:-1] |= pairs
+    return rows[mask]
+
+
+def _claim_range(header: dict) -> tuple[np.uint64, np.uint64]:
+    """The claim times (ticks) a chunk of this run can have: the window checks.py allows record
+    times, by the header's rate. Unbounded below 2^63 when the header's t0_ticks is itself
+    damaged (checks.check_header reports that)."""
+    t0 = header["t0_ticks"]
+    if t0 >= I63:
+        return np.uint64(1), np.uint64(I63 - 1)
+    rate = float(header["ns_per_tick"])
+    if not np.isfinite(rate) or rate <= 0:
+        rate = 1.0  # as TickClock: ticks taken as nanoseconds
+    lo = max(float(t0) - BEFORE_NS / rate, 1.0)
+    hi = min(float(t0) + SPAN_NS / rate, float(I63 - 1024))  # below 2^63 in float64 too
+    return np.uint64(lo), np.uint64(hi)
 
 
 def cut_to_window(raw: RawTrace) -> RingWindow:
@@ -106,7 +169,8 @@ def _cut(raw: RawTrace, start: int, start_ns: int) -> dict:
         setattr(raw, name, recs[keep])
     gpu = raw.gpu
     timed = (gpu["kind"] != GPU_CORRELATION) & (gpu["kind"] != GPU_API)
-    t0 = np.uint64(raw.header["t0_monotonic_ns"] + start_ns)
+    # a window that starts before CLOCK_MONOTONIC 0 (a claim just after boot) keeps every activity
+    t0 = np.uint64(max(raw.header["t0_monotonic_ns"] + start_ns, 0))
     keep = ~timed | (gpu["t_begin_ns"] >= t0)
     counts["gpu"] = int((~keep).sum())
     raw.gpu = gpu[keep]

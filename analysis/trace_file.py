@@ -16,7 +16,7 @@ import numpy as np
 from .checks import Parts, check_header, check_records
 from .columns import Columns
 from .raw_trace import RawTrace
-from .ring import claimed_after, cut_to_window, settled_blocks
+from .ring import bad_ring_chunks, claimed_after, cut_to_window, settled_blocks
 from .trace_format import (
     ACCESS_DTYPE, BACKEND_DTYPE, BUFFER_DTYPE, CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
     CLOCK_DTYPE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT, FORMAT_VERSION,
@@ -107,18 +107,43 @@ def _valid_record_mask(recs: np.ndarray, types: np.ndarray) -> tuple[np.ndarray,
     return mask.reshape(-1)[:n], heads[used].copy()
 
 
-def _leave_out_later_chunks(recs, types, valid, chunks, header, taken_ns):
+def _without_chunks(valid, position, chunks, drop):
+    """Leaves out the chunks `drop` (a mask over `chunks`, which sit at chunk `position`s of the
+    body): their records are no longer valid. Returns (valid, position, chunks, records left out)."""
+    per_chunk = SLOTS_PER_CHUNK
+    slots = (position[drop][:, None] * per_chunk + np.arange(per_chunk)).reshape(-1)
+    slots = slots[slots < len(valid)]
+    lost = int(valid[slots].sum())
+    valid = valid.copy()
+    valid[slots] = False
+    return valid, position[~drop], chunks[~drop], lost
+
+
+def _leave_out_later_chunks(recs, types, valid, position, chunks, header, taken_ns):
     """A copy of a file being written: its chunks claimed after the copy began are left out."""
     clocks = recs[(types == REC_CLOCK) & valid].view(CLOCK_DTYPE)
     late = claimed_after(chunks, clocks, header, taken_ns)
-    if not late.any():
-        return valid, chunks
-    per_chunk = SLOTS_PER_CHUNK
-    position = np.flatnonzero(recs[::per_chunk].view(CHUNK_HEADER_DTYPE)["magic"] == CHUNK_MAGIC)[late]
-    slots = (position[:, None] * per_chunk + np.arange(per_chunk)).reshape(-1)
-    valid = valid.copy()
-    valid[slots[slots < len(valid)]] = False
-    return valid, chunks[~late]
+    return _without_chunks(valid, position, chunks, late)[:3]
+
+
+def _leave_out_bad_ring_chunks(raw, valid, position, strict):
+    """A ring's chunks whose headers cannot place its window (ring.bad_ring_chunks): an error, or
+    with strict=False left out as if recycled (the window then starts after them) and counted."""
+    bad, problems = bad_ring_chunks(raw.chunks, HEADER_SIZE + position * CHUNK_SIZE, raw.header)
+    if not problems:
+        return valid
+    valid, _, raw.chunks, lost = _without_chunks(valid, position, raw.chunks, bad)
+    shown = display_path(raw.path)
+    if strict:
+        more = f" and {len(problems) - 1} more kind(s) of damage" if len(problems) > 1 else ""
+        raise TraceFormatError(f"{shown}: {problems[0]}{more}: the flight recorder's window cannot be "
+                               "placed; --lenient (strict=False) drops those chunks and loads the rest")
+    for p in problems:
+        raw.warnings.append(f"{shown}: {p} dropped")
+        raw.damage.append(raw.warnings[-1])
+    raw.warnings.append(f"{shown}: the {int(bad.sum())} dropped ring chunk(s) held {lost} record(s)")
+    raw.damage.append(raw.warnings[-1])
+    return valid
 
 
 def chunk_bytes(records: np.ndarray, first_index: int = 0, thread: int = NONE32) -> np.ndarray:
@@ -201,7 +226,8 @@ def read_trace_file(path: str | os.PathLike, strict: bool = True) -> RawTrace:
     """Read and validate a trace file; return its records grouped by type.
 
     Damage (records with an unknown type byte, chunks with a damaged header, records whose
-    fields are out of range: analysis/checks.py) raises TraceFormatError; strict=False drops
+    fields are out of range: analysis/checks.py, a ring's chunks whose ordinals or claim times
+    cannot place its window: analysis/ring.py) raises TraceFormatError; strict=False drops
     those records instead, counts them and describes them in `warnings` and `damage`. A cut
     file and a file the writer never closed load either way, with a warning."""
     path = os.fspath(path)
@@ -244,8 +270,12 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
         return raw
 
     valid, raw.chunks = _valid_record_mask(recs, types)
+    position = np.flatnonzero(recs[::SLOTS_PER_CHUNK].view(CHUNK_HEADER_DTYPE)["magic"] == CHUNK_MAGIC)
     if taken_ns:
-        valid, raw.chunks = _leave_out_later_chunks(recs, types, valid, raw.chunks, header, taken_ns)
+        valid, position, raw.chunks = _leave_out_later_chunks(recs, types, valid, position, raw.chunks, header,
+                                                              taken_ns)
+    if header["file_flags"] & FILE_RING:
+        valid = _leave_out_bad_ring_chunks(raw, valid, position, strict)
     n_bad, n_lost, at = _damaged_chunks(recs, types)
     if n_bad:
         msg = (f"{shown}: {n_bad} chunk(s) with a damaged header (first at file offset {at:#x}): "

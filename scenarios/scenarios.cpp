@@ -220,6 +220,19 @@ struct Spec {
 
 Spec g_spec;
 
+// A spec comes from a reproduction folder, that is from anyone: every count is digits only and
+// within these caps (tracer/replay_limits.py holds the same ones, and checks memory before a replay).
+const long MAX_DEVICES = 8, MAX_ELEMENTS = 1L << 30, MAX_ITERATIONS = 1024, MAX_META_LAYERS = 256;
+const size_t MAX_STATEMENTS = 200;  // the graph's context holds 256 tensors
+
+bool count(const std::string & word, long lo, long hi, int & out) {
+    if (word.empty() || word.size() > 12 || word.find_first_not_of("0123456789") != std::string::npos) return false;
+    long v = strtol(word.c_str(), nullptr, 10);
+    if (v < lo || v > hi) return false;
+    out = (int) v;
+    return true;
+}
+
 bool read_spec(const char * path, Spec & spec) {
     std::ifstream in(path);
     if (!in) {
@@ -235,17 +248,21 @@ bool read_spec(const char * path, Spec & spec) {
         if (w.empty()) continue;
         const std::string & k = w[0];
         bool ok = true;
-        if (k == "devices" && w.size() == 2) spec.devices = atoi(w[1].c_str());
-        else if (k == "elements" && w.size() == 2) spec.elements = atoi(w[1].c_str());
-        else if (k == "iterations" && w.size() == 2) spec.iterations = atoi(w[1].c_str());
-        else if (k == "pipelined" && w.size() == 2) spec.pipelined = w[1] == "1";
+        if (k == "devices" && w.size() == 2) ok = count(w[1], 1, MAX_DEVICES, spec.devices);
+        else if (k == "elements" && w.size() == 2) ok = count(w[1], 1, MAX_ELEMENTS, spec.elements);
+        else if (k == "iterations" && w.size() == 2) ok = count(w[1], 1, MAX_ITERATIONS, spec.iterations);
+        else if (k == "pipelined" && w.size() == 2) {
+            ok = w[1] == "0" || w[1] == "1";
+            spec.pipelined = w[1] == "1";
+        }
         else if (k == "output" && w.size() == 2) spec.output = w[1];
-        else if (k == "meta" && w.size() == 2 && atoi(w[1].c_str()) > 0) spec.meta_layers = atoi(w[1].c_str());
+        else if (k == "meta" && w.size() == 2) ok = count(w[1], 1, MAX_META_LAYERS, spec.meta_layers);
         else if ((k == "input" && (w.size() == 2 || w.size() == 3)) || (k == "op" && (w.size() == 5 || w.size() == 6))) {
             spec.statements.push_back(w);
+            ok = spec.statements.size() <= MAX_STATEMENTS;
         }
         else ok = false;
-        if (!ok || spec.devices < 1 || spec.devices > 8 || spec.elements < 1 || spec.iterations < 1) {
+        if (!ok) {
             fprintf(stderr, "%s:%d: cannot read this line: %s\n", path, no, line.c_str());
             return false;
         }

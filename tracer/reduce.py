@@ -21,6 +21,7 @@ from ..analysis.races import races
 from ..analysis.reduction import (NotReducible, Shape, matching, shape_of, size_unit, smallest_size, spec_text,
                                   start_size)
 from . import scenario
+from .replay_limits import MAX_LATENCY_US, available_memory, check_about, check_spec, read_spec
 from .repro_cpp import NoStandalone, cpp, one_line
 
 CPP = "repro.cpp"
@@ -31,7 +32,6 @@ MIN_LATENCY_US = 2000.0  # the device's lateness on virtual devices: far beyond 
 # ... and beyond what the host does between two graphs (reset, allocate, write the inputs, the next
 # CPU split), for a race across graphs
 MIN_LATENCY_NEXT_GRAPH_US = 10000.0
-MAX_LATENCY_US = 50000.0
 
 
 class ReduceError(RuntimeError):
@@ -217,6 +217,9 @@ def _about(directory: Path) -> tuple[dict, Shape]:
 def replay(directory, build: str, runs: int = 20, backend: str = "vdev", seed: int = 0, work=None) -> Replay:
     directory = Path(directory)
     about, shape = _about(directory)
+    # a reproduction may come from anyone: what it asks of this machine is checked before it runs
+    check_about(about["latency_us"], shape.devices, str(directory / ABOUT))
+    check_spec(read_spec(directory / SPEC), available_memory(), str(directory / SPEC))
     out = Path(work) if work else Path(tempfile.mkdtemp(prefix="ggml-trace-replay-"))
     r = scenario.run("spec", build=build, runs=runs, latency_us=_latency_arg(about["latency_us"]),
                      devices=shape.devices, seed=seed, out_dir=out, backend=backend, spec=directory / SPEC)
