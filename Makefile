@@ -1,5 +1,6 @@
 # make setup: venv, pinned llama.cpp sources, ggml + tools + hooks for each, tiny model (idempotent).
 # make demo:  the main job on the embedded default.      make test: the whole test suite.
+# make check: lint, types and the tests that need no build (the venv only).   make docs: images, notebooks.
 PY        := python3
 VENV      := .venv
 VPY       := $(VENV)/bin/python
@@ -32,7 +33,7 @@ VK_HEADERS    := $(BUILD_DIR)/vulkan-headers/.done
 VK_HOOKS      := $(foreach b,$(VULKAN_BUILDS),$(BUILD_DIR)/llama-b$(b)-vulkan/bin/libggml-trace-hooks.so)
 QWEN_MODEL    := $(BUILD_DIR)/models/tiny-qwen35.gguf
 
-.PHONY: setup vulkan demo test bench clean
+.PHONY: setup vulkan demo check test docs bench clean
 # The stamps of fetched and built trees are never deleted as intermediates (that would rebuild all).
 .SECONDARY:
 setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(PP_PATCHED) $(BUILD_DIR)/llama-b11434/bin/llama-server $(MODEL) $(BUILD_DIR)/.chromium vulkan
@@ -49,6 +50,13 @@ $(BUILD_DIR)/llama-b%-vulkan/.built: $(BUILD_DIR)/src/llama-b%/.fetched $(VK_HEA
 	TARGETS="llama-simple llama-completion" scripts/build_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp \
 	  $(BUILD_DIR)/llama-b$*-vulkan -DGGML_VULKAN=ON -DGGML_RPC=OFF \
 	  -DVulkan_INCLUDE_DIR=$(CURDIR)/$(BUILD_DIR)/vulkan-headers/usr/include
+	touch $@
+
+# b10524's ggml-vulkan, ggml-cpu, registry and headers are b10531's byte for byte (the #23321 fix is in
+# ggml-base): its Vulkan build is b10531's Vulkan libraries with its own ggml-base, libllama and programs
+# (scripts/vulkan_sibling.sh checks the sources and builds in full where they differ).
+$(BUILD_DIR)/llama-b10524-vulkan/.built: $(BUILD_DIR)/llama-b10531-vulkan/.built $(BUILD_DIR)/llama-b10524/.built scripts/vulkan_sibling.sh
+	scripts/vulkan_sibling.sh b10524 b10531
 	touch $@
 
 $(BUILD_DIR)/llama-b%-vulkan/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b%-vulkan/.built $(HOOK_SOURCES)
@@ -133,8 +141,26 @@ demo: $(VENV)/.core $(BUILD_DIR)/llama-b10524/bin/libggml-trace-hooks.so \
       $(BUILD_DIR)/llama-b10531/bin/libggml-trace-hooks.so $(BUILD_DIR)/llama-b10531/.demo $(MODEL)
 	$(VPY) -m ggml_trace.tracer.demo
 
+# The tests in tiers, by what they need: tests/unit (no build, no program), tests/traces (committed
+# traces), tests/runs (the programs of build/), tests/external (Vulkan, Chromium, Jupyter).
+# TEST_JOBS: pytest-xdist workers (many tests wait on programs, so more than the cores pays).
+TEST_JOBS ?= 4
+LINT := $(VPY) -m ruff check tracer analysis tests bench && $(VPY) -m mypy
+
+check: $(VENV)/.installed
+	$(LINT)
+	$(VPY) -m pytest -q -n $(TEST_JOBS) tests/unit tests/traces
+
+# The whole suite, which must leave the checkout as it found it (scripts/unchanged.sh).
 test: setup
-	$(VPY) -m pytest -q tests
+	$(LINT)
+	scripts/unchanged.sh $(VPY) -m pytest -q -n $(TEST_JOBS) --durations=30 tests
+
+# The images under docs/img (screenshots of real traces' pages in headless Chromium) and the
+# notebooks, executed with their outputs kept, so that a reader on GitHub sees them.
+docs: setup
+	GGML_TRACE_DOCS_IMG=$(CURDIR)/docs/img $(VPY) -m pytest -q -m docs_image tests
+	$(VPY) scripts/run_notebooks.py notebooks/*.ipynb
 
 bench: setup
 	$(BUILD_DIR)/hooks-b10531/bench-writer 200000 1

@@ -17,7 +17,7 @@ sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 
 from ggml_trace import analysis  # noqa: E402
 from peak_rss import PEAK_RSS  # noqa: E402
-from tracegen import synth_trace  # noqa: E402
+from support.tracegen import synth_trace  # noqa: E402
 
 
 def _load_in_fresh_process(path: str) -> tuple[float, int]:

@@ -27,7 +27,7 @@ from ggml_trace import analysis  # noqa: E402
 from ggml_trace.analysis.trace_format import (  # noqa: E402
     ACC_READ, ACC_WRITE, ACCESS_DTYPE, CALL_DTYPE, KIND_IDS, NONE32, REC_ACCESS, REC_CALL,
 )
-from tracegen import TraceBuilder  # noqa: E402
+from support.tracegen import TraceBuilder  # noqa: E402
 
 CUDA0, CUDA1, CPU = 0, 1, 2
 HB, D0, D1, W0, W1, WH = 0xB000, 0xD000, 0xD100, 0xA000, 0xA100, 0xB100

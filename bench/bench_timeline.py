@@ -1,5 +1,5 @@
 """Timeline benchmark: build time, HTML size and first render in headless Chromium for
-synthetic traces of 10^4, 10^5 and 10^6 timeline intervals (tests/tracegen.py synth_trace).
+synthetic traces of 10^4, 10^5 and 10^6 timeline intervals (tests/support/tracegen.py synth_trace).
 
     .venv/bin/python bench/bench_timeline.py [--sizes 1e4,1e5,1e6] [--accesses 4] [--keep DIR]
 
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from tracegen import synth_trace  # noqa: E402
+from support.tracegen import synth_trace  # noqa: E402
 
 from ggml_trace import analysis  # noqa: E402
 

@@ -1,6 +1,6 @@
 """ggml-trace's loader beside what a user would pick instead, on the same events.
 
-A synthetic trace (tests/tracegen.synth_trace: calls and their byte ranges on several threads) is
+A synthetic trace (tests/support/tracegen.synth_trace: calls and their byte ranges on several threads) is
 loaded by `analysis.load`. Its Chrome-trace JSON export (`ggml-trace export --format perfetto`: the
 calls as slices) is (1) parsed by Holistic Trace Analysis' `parse_trace_file`, the first step of
 every HTA analysis, and (2) opened in the Perfetto UI, offline in headless Chromium through
@@ -128,7 +128,7 @@ def perfetto_ui(trace: str, slices: int) -> dict:
 
 
 def main() -> int:
-    from tracegen import synth_trace
+    from support.tracegen import synth_trace
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=2_000_000, help="calls + accesses")

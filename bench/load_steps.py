@@ -18,7 +18,7 @@ sys.path[:0] = [os.path.join(ROOT, "tests")]
 from ggml_trace.analysis.frames import Loader  # noqa: E402
 from ggml_trace.analysis.threads import thread_count  # noqa: E402
 from ggml_trace.analysis.trace_file import read_trace_file  # noqa: E402
-from tracegen import synth_trace  # noqa: E402
+from support.tracegen import synth_trace  # noqa: E402
 
 
 def one_load(path: str) -> dict[str, float]:

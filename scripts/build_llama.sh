@@ -19,12 +19,15 @@ if [ "$how" = sdist ] || [ "$how" = none ]; then  # not a git checkout of its ow
   identity=(-DLLAMA_BUILD_NUMBER="$number" -DLLAMA_BUILD_COMMIT="$commit")
 fi
 server=OFF  # llama-server only where asked for (TARGETS): it is the longest to build
+# RUNPATH $ORIGIN: a program or library finds its neighbours in its own folder, wherever the folder is
+# copied (scripts/vulkan_sibling.sh puts a CPU build's programs beside another build's Vulkan libraries).
 case " ${TARGETS:-} " in *" llama-server "*) server=ON ;; esac
 cmake -S "$src" -B "$out" -G "Unix Makefiles" "${identity[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
   -DGGML_RPC=ON -DGGML_CCACHE=OFF "${launcher[@]}" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF \
+  -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
   -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   "$@" >"$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
