@@ -18,11 +18,18 @@ if [ "$how" = sdist ] || [ "$how" = none ]; then  # not a git checkout of its ow
   export GIT_CEILING_DIRECTORIES=$(dirname "$(realpath "$src")")
   identity=(-DLLAMA_BUILD_NUMBER="$number" -DLLAMA_BUILD_COMMIT="$commit")
 fi
+# For the trees the set-up fetches (build/src/NAME/llama.cpp) the CMake folder sits beside the sources,
+# build/src/NAME/cmake-BUILD, at the same depth for every tree: with CCACHE_BASEDIR (the Makefile's), a
+# file that is the same in two trees (two pinned builds, a patched copy) then has the same relative paths
+# in its compile, and compiles once. BUILD_DIR/bin holds the results. Other trees build in BUILD_DIR.
+here=$(cd "$(dirname "$0")/.." && pwd)
+work=$out
+case "$(realpath "$src")" in "$here"/build/src/*) work=$(dirname "$(realpath "$src")")/cmake-$(basename "$out") ;; esac
 server=OFF  # llama-server only where asked for (TARGETS): it is the longest to build
+case " ${TARGETS:-} " in *" llama-server "*) server=ON ;; esac
 # RUNPATH $ORIGIN: a program or library finds its neighbours in its own folder, wherever the folder is
 # copied (scripts/vulkan_sibling.sh puts a CPU build's programs beside another build's Vulkan libraries).
-case " ${TARGETS:-} " in *" llama-server "*) server=ON ;; esac
-cmake -S "$src" -B "$out" -G "Unix Makefiles" "${identity[@]}" \
+cmake -S "$src" -B "$work" -G "Unix Makefiles" "${identity[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
   -DGGML_RPC=ON -DGGML_CCACHE=OFF "${launcher[@]}" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server -DLLAMA_BUILD_UI=OFF \
@@ -31,4 +38,4 @@ cmake -S "$src" -B "$out" -G "Unix Makefiles" "${identity[@]}" \
   -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   "$@" >"$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
-cmake --build "$out" -j "$jobs" --target ${TARGETS:-llama-simple llama-completion llama-bench ggml-rpc-server}
+cmake --build "$work" -j "$jobs" --target ${TARGETS:-llama-simple llama-completion llama-bench ggml-rpc-server}
