@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     browser = None
     if not args.no_browser:
-        from test_views import CHROMIUM, Browser
+        from support.browser import CHROMIUM, Browser
 
         if CHROMIUM:
             browser = Browser()

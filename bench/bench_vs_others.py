@@ -93,7 +93,7 @@ def perfetto_ui(trace: str, slices: int) -> dict:
     import threading
     import time
 
-    from test_views import Browser, perfetto_rows
+    from support.browser import Browser, perfetto_rows
 
     view = subprocess.Popen([os.path.join(ROOT, ".venv", "bin", "ggml-trace"), "view", trace, "--no-browser"],
                             stderr=subprocess.PIPE, text=True)

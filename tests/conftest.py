@@ -1,14 +1,18 @@
+"""Every tier's set-up: `support` importable, a hermetic environment, the marker of the tests that
+make docs/img's pictures, and the fixtures of more than one tier (each made per session in that
+session's own temporary folder: pytest-xdist's workers never share one)."""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from ggml_trace.tracer import programs
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests"))  # `import support`: what the tiers share
 
 
 def hermetic_environment(env: dict, home: str) -> None:
@@ -26,15 +30,26 @@ def hermetic_environment(env: dict, home: str) -> None:
         env[var] = os.path.join(home, var.lower())
 
 
+# Where the tests marked docs_image put their pictures: GGML_TRACE_DOCS_IMG, read before the
+# environment is made hermetic (which drops every GGML_* variable), and handed to pytest-xdist's
+# workers, whose environment is the hermetic one.
+DOCS_IMG = pytest.StashKey["str | None"]()
+
+
 def pytest_configure(config):
+    config.addinivalue_line("markers", "docs_image: makes a picture of docs/img (in a temporary folder unless "
+                            "GGML_TRACE_DOCS_IMG names one: `make docs` runs `pytest -m docs_image`)")
+    worker = getattr(config, "workerinput", None)
+    config.stash[DOCS_IMG] = worker["docs_img"] if worker else os.environ.get("GGML_TRACE_DOCS_IMG")
     home = tempfile.mkdtemp(prefix="ggml-trace-tests-")
     config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
     hermetic_environment(os.environ, home)
 
-from ggml_trace.tracer import programs  # noqa: E402
 
-BUILDS = programs.PINNED
-API_VERSION = {"b10524": 2, "b10531": 2, "b11434": 3}
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, on starting a worker: it is given the pictures' folder."""
+    node.workerinput["docs_img"] = node.config.stash[DOCS_IMG]
 
 
 @pytest.fixture(scope="session")
@@ -42,31 +57,48 @@ def model():
     return programs.tiny_model()
 
 
-def ggml_trace(*args, **kw):
-    """Runs the installed CLI, as a user would."""
-    exe = Path(sys.executable).parent / "ggml-trace"
-    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, errors="replace", **kw)
+@pytest.fixture
+def docs_img(request, tmp_path) -> Path:
+    """The folder for a docs_image test's pictures: GGML_TRACE_DOCS_IMG's, else a temporary one."""
+    named = request.config.stash[DOCS_IMG]
+    return Path(named) if named else tmp_path / "img"
 
 
-def built_program(build, name):
-    return ROOT / "build" / f"hooks-{build}" / name
+@pytest.fixture(scope="session")
+def real_trace(tmp_path_factory):
+    """real_trace("demo" | "vdev"): the path of a real trace (support.view_traces.record_real),
+    recorded the first time a test of this session asks for it, into this session's own folder."""
+    from support.view_traces import REAL, record_real
+
+    made = {}
+
+    def real(which: str) -> Path:
+        assert which in REAL, which
+        if which not in made:
+            made[which] = record_real(which, tmp_path_factory.mktemp(f"recorded-{which}"))
+        return made[which]
+
+    return real
 
 
-def simple_cmd(build, model, *extra, n=8):
-    """llama-simple prints each token with printf + fflush. llama-completion prints through an
-    asynchronous logger thread that can drop the last tokens at exit, which makes it unfit for
-    comparing outputs byte for byte."""
-    return [str(programs.program(build, "llama-simple")), "-m", str(model), "-n", str(n), *map(str, extra), "the of and"]
+@pytest.fixture(scope="session")
+def windows_trace(tmp_path_factory):
+    """(path, graphs): a synthetic trace of ~200k events and 312 graphs, the #23321 pattern (one
+    race) in every graph (bench/bench_races.py build_trace), for the windowed analysis."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    from bench_races import build_trace
+
+    path = tmp_path_factory.mktemp("windows") / "syn.ggmltrace"
+    _, graphs = build_trace(str(path), 200_000, 40, True)
+    return path, graphs
 
 
-def completion_cmd(build, model, *extra, n=8):
-    return [str(programs.program(build, "llama-completion")), "-m", str(model), "-n", str(n), "-p", "the of and",
-            "--temp", "0", "--seed", "1", "-no-cnv", *map(str, extra)]
+@pytest.fixture(scope="session")
+def vulkan_23321(tmp_path_factory):
+    """(folder, document): #23321 as NVIDIA's Vulkan driver on an H200 showed it (b10524, a qwen35
+    model), reduced by `ggml-trace reduce` (which confirms the reduction on b10524's programs)."""
+    from support import reduce_json
 
-
-def same_text(a: str, b: str) -> bool:
-    """llama-completion prints through a logger thread, which can drop the last few bytes at exit (the
-    text ends with bytes of partial characters here): equal up to such a tail. Corruption by the races
-    these tests show changes the text from the first generated tokens on."""
-    a, b = sorted((a.rstrip(), b.rstrip()), key=len)
-    return len(a) > 0 and b.startswith(a) and len(b) - len(a) <= 8
+    out = tmp_path_factory.mktemp("reduce") / "repro"
+    return out, reduce_json("vulkan-nvidia-b10524-h200.ggmltrace", out)

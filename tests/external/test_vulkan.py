@@ -1,5 +1,6 @@
 """Issue #23321 on the real ggml Vulkan backend (Mesa's lavapipe here), before (b10524) and after
-(b10531) the fix, traced with device timing; and the race verdicts' rules for bounds."""
+(b10531) the fix, traced with device timing. The race verdicts' rules for the bounds that markers
+give: tests/unit/test_vulkan_rules.py."""
 
 import numpy as np
 import pandas as pd
@@ -7,11 +8,10 @@ import pytest
 
 from ggml_trace.analysis import load
 from ggml_trace.analysis.races import format_report, races
-from test_races import US, analyse, builder, findings, reuse_graph
+from support.race_cases import findings
 from ggml_trace.tracer import vulkan_runs
 from ggml_trace.tracer.hooks import build_root
 
-MARKERS = 2 << 4  # DeviceSource SRC_MARKERS in a device_exec record's flags
 RUNS = 20
 
 
@@ -88,49 +88,6 @@ def test_without_device_timing_the_verdict_rests_on_host_times(tmp_path):
         assert r["verdict"] == "undetermined" and r["basis"] == "host" and r["margin_us"] is None
         text = format_report(races(load(run["trace"])))
         assert "UNDETERMINED: host times only" in text and "latent, margin" not in text
-
-
-# -- the verdict rules on synthetic traces ----------------------------------------------------
-
-def test_markers_prove_manifested_when_the_read_had_not_started(tmp_path):
-    # The queue's read of X had not started at 650 us (its before-marker still zero); the CPU's
-    # write began at 500 us: the read came after the write began.
-    b = builder()
-    a, _ = reuse_graph(b, 7, 0)
-    b.call("device_exec", 650 * US, 900 * US, thread=1, obj=a, flags=MARKERS)
-    (race,) = findings(analyse(tmp_path, b))
-    assert race["verdict"] == "manifested" and race["manifested"] and race["basis"] == "bounds"
-    assert race["inverted"]  # the write (500..600 us) ended before the read could start
-
-
-def test_markers_prove_latent_with_a_margin(tmp_path):
-    b = builder()
-    a, _ = reuse_graph(b, 7, 0)
-    b.call("device_exec", 10 * US, 380 * US, thread=1, obj=a, flags=MARKERS)
-    (race,) = findings(analyse(tmp_path, b))
-    assert race["verdict"] == "latent" and not race["manifested"]
-    assert race["margin_us"] == pytest.approx(120)  # at least: it ended by 380 us, the write began at 500
-
-
-def test_bounds_that_straddle_the_write_prove_nothing(tmp_path):
-    b = builder()
-    a, _ = reuse_graph(b, 7, 0)
-    b.call("device_exec", 10 * US, 550 * US, thread=1, obj=a, flags=MARKERS)
-    r = analyse(tmp_path, b)
-    (race,) = findings(r)
-    assert race["verdict"] == "undetermined" and not race["manifested"] and race["margin_us"] is None
-    assert "UNDETERMINED: the device-time bounds" in format_report(r)
-
-
-def test_host_times_alone_never_say_latent(tmp_path):
-    b = builder()
-    reuse_graph(b, 7, 0)  # the device's split ran at some unknown time after its enqueue
-    r = analyse(tmp_path, b)
-    (race,) = findings(r)
-    assert race["verdict"] == "undetermined" and race["basis"] == "host"
-    out = format_report(r)
-    assert "0 latent, 1 undetermined" in out and "host times only" in out
-    assert r.findings["verdict"].dtype == pd.CategoricalDtype(["manifested", "latent", "undetermined"])
 
 
 # -- scheduler scenarios on the real Vulkan device ---------------------------------------------

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from ggml_trace.analysis import load, summarize
-from conftest import ggml_trace
+from support import ggml_trace
 from ggml_trace.tracer import hooks as hooks_mod
 from ggml_trace.tracer import programs
 

@@ -1,6 +1,5 @@
 """Capture on real llama.cpp programs and real ggml builds."""
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -9,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ggml_trace.analysis import load, summarize
-from conftest import API_VERSION, BUILDS, completion_cmd, ggml_trace, built_program, simple_cmd
+from support import API_VERSION, BUILDS, built_program, completion_cmd, ggml_trace, logged_schedules, simple_cmd
 from ggml_trace.tracer import programs
 
 
@@ -41,31 +40,6 @@ def test_tracing_does_not_change_the_tokens(build, model, tmp_path):
     assert plain.returncode == 0 and traced.returncode == 0, traced.stderr[-3000:]
     assert plain.stdout.strip() and plain.stdout == traced.stdout
     assert len(load(tmp_path / "c.ggmltrace").splits) >= 24  # the prompt, then one graph per new token
-
-
-# "## SPLIT #1: RPC0[127.0.0.1:5000] # 2 inputs: [embd (   1K)] [leaf_5 (   0K)]", once the log's
-# timestamps ("0.00.018.919 D ") are taken out.
-SPLIT_LINE = re.compile(r"^## SPLIT #(\d+): (.+?) # (\d+) inputs(?:: (.*))?$")
-LOG_PREFIX = re.compile(r"\d+\.\d+\.\d+\.\d+ [DIWE] ")
-INPUT = re.compile(r"\[(.+?) \(\s*[\d.]+[KMG]?\)\]")
-
-
-def logged_schedules(log: str):
-    """Each split list ggml printed (at every graph split), as [(backend, [input names])]."""
-    schedules, cur = [], None
-    for raw in log.splitlines():
-        line = LOG_PREFIX.sub("", raw).strip()
-        m = SPLIT_LINE.match(line)
-        if not m:
-            continue
-        k, backend, n, rest = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4) or ""
-        if k == 0:
-            cur = []
-            schedules.append(cur)
-        names = INPUT.findall(rest)
-        assert len(names) == n, line
-        cur.append((backend, names))
-    return schedules
 
 
 def traced_schedules(t):

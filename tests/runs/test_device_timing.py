@@ -6,15 +6,15 @@ import numpy as np
 
 from ggml_trace import analysis
 from ggml_trace.analysis import load
-from conftest import completion_cmd, ggml_trace
+from support import completion_cmd, ggml_trace
 from ggml_trace.tracer import scenario
 
 ENQUEUE_KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async"]
 
 
-def test_the_watcher_times_every_operation_and_never_ends_before_the_device(monkeypatch):
+def test_the_watcher_times_every_operation_and_never_ends_before_the_device(monkeypatch, tmp_path):
     monkeypatch.setenv("GGML_TRACE_DEVICE_TIMING", "1")
-    r = scenario.run("pipeline", build="b10531", runs=3, latency_us=0, jitter_us=300)
+    r = scenario.run("pipeline", build="b10531", runs=3, latency_us=0, jitter_us=300, out_dir=tmp_path)
     assert r.corrupt_runs == 0
     for path in r.traces:
         t = load(path)
@@ -36,9 +36,9 @@ def test_the_watcher_times_every_operation_and_never_ends_before_the_device(monk
         assert analysis.races(t).to_json()["races"] == []
 
 
-def test_timing_is_off_unless_asked(monkeypatch):
+def test_timing_is_off_unless_asked(monkeypatch, tmp_path):
     monkeypatch.delenv("GGML_TRACE_DEVICE_TIMING", raising=False)
-    r = scenario.run("y-graph", build="b10531", runs=1, latency_us=0)
+    r = scenario.run("y-graph", build="b10531", runs=1, latency_us=0, out_dir=tmp_path)
     d = load(r.traces[0]).device
     assert len(d) > 0 and set(d["source"]) == {"device"}
 

@@ -16,7 +16,7 @@ the document says otherwise with `exits N`:
 The blocks of one document run in order, in one bash shell per block, from one scratch directory
 per document, so that a later block reads what an earlier one wrote (traces, outputs). There,
 `build/` is a folder of links to the entries of the repository's build/ (the llama.cpp builds, the
-hooks, the models), except `scenarios/`, `tests/data` links to the committed traces, and
+hooks, the models), except `scenarios/` and `demo/`, `tests/data` links to the committed traces, and
 GGML_TRACE_BUILD_DIR points at it: the scenarios'
 runs land in the scratch directory, nothing is written into the checkout. `ggml-trace` and
 `python` are the project's virtual environment's.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK_TIMEOUT_S = 300
 
@@ -121,7 +121,7 @@ def scratch_build(tmp: Path) -> Path:
     build = tmp / "build"
     build.mkdir()
     for entry in (ROOT / "build").iterdir():
-        if entry.name != "scenarios":
+        if entry.name not in ("scenarios", "demo"):  # where runs write: the scratch directory's own
             (build / entry.name).symlink_to(entry)
     # the committed traces, read by the documents' examples (read only)
     (tmp / "tests").mkdir()

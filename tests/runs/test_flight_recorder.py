@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import built_program, ggml_trace
+from support import built_program, ggml_trace
 
 from ggml_trace.analysis import load
 from ggml_trace.analysis.ring import _window_start, oldest_chunk_ns

@@ -11,7 +11,7 @@ import pytest
 
 from ggml_trace.tracer import programs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(cmd, **kw):

@@ -18,7 +18,7 @@ import pytest
 from ggml_trace import analysis
 from ggml_trace.analysis import load
 from ggml_trace.tracer import programs
-from conftest import ggml_trace, same_text
+from support import ggml_trace, same_text
 
 FIXED = "b11434-ubatchsync"  # make setup: b11434 + patches/ubatch-sync.patch (libllama)
 PROMPT = "The quick brown fox jumps over the lazy dog near the old cat"  # ~75 tokens of the tiny model

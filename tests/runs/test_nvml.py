@@ -1,7 +1,7 @@
 """GPU counters through NVML: the sampler, appending to trace files, loading them back.
 
 This machine has no GPU: NVML is simulated (a fake `pynvml`), and samples are fabricated and
-appended to real traces of the sched-loop program."""
+appended to real traces of the sched-loop program. The sampler alone: tests/unit/test_nvml_sampler.py."""
 import json
 import os
 import resource
@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 
 import numpy as np
 import pandas as pd
@@ -20,10 +19,11 @@ from ggml_trace import analysis
 from ggml_trace.analysis import load
 from ggml_trace.analysis.trace_file import read_header, read_trace_file
 from ggml_trace.analysis.trace_format import CHUNK_SIZE, HEADER_SIZE, NONE32, RECORD_SIZE
-from conftest import built_program, ggml_trace
+from support import built_program, ggml_trace
 from ggml_trace.tracer import record
-from ggml_trace.tracer.nvml import METRICS, NvmlSampler, Samples
+from ggml_trace.tracer.nvml import NvmlSampler, Samples
 from ggml_trace.tracer.trace_append import append
+from support.fake_nvml import fake_pynvml
 
 LOOPS = 300  # sched-loop graphs: enough records for several chunks (~0.2 s)
 
@@ -87,14 +87,6 @@ FAKE_INFO = {"available": True, "driver": "555.42", "gpus": [{"index": 0, "name"
 
 
 # -- (a) without NVML ------------------------------------------------------------------------
-
-def test_sampler_without_pynvml_is_a_no_op(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
-    with NvmlSampler(5) as s:
-        time.sleep(0.02)
-    assert not s.available and "pynvml" in s.reason
-    assert len(s.samples()) == 0
-
 
 def test_record_without_nvml_writes_a_loadable_trace(tmp_path):
     # A pynvml whose init fails as it does on a machine without a driver (also on a GPU host).
@@ -198,90 +190,7 @@ def test_failed_append_leaves_the_trace_as_it_was(trace_copy):
     assert trace_copy.read_bytes() == data
 
 
-# -- (d) the sampler thread, on a simulated NVML -------------------------------------------------
-
-def fake_pynvml(calls: dict):
-    nv = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        pass
-
-    class NVMLError_NotSupported(NVMLError):
-        pass
-
-    def count(name):
-        calls[name] = calls.get(name, 0) + 1
-
-    def power(h):
-        count(f"power{h}")
-        if h == 1:
-            raise NVMLError_NotSupported()
-        return 250_500  # mW
-
-    def temperature(h, sensor):
-        count(f"temp{h}")
-        if h == 0 and calls[f"temp{h}"] % 2:
-            raise NVMLError("transient")  # every other reading fails
-        return 40 + h
-
-    nv.NVMLError, nv.NVMLError_NotSupported = NVMLError, NVMLError_NotSupported
-    nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM, nv.NVML_TEMPERATURE_GPU = 1, 2, 0
-    nv.nvmlInit = lambda: count("init")
-    nv.nvmlShutdown = lambda: count("shutdown")
-    nv.nvmlDeviceGetCount = lambda: 2
-    nv.nvmlDeviceGetHandleByIndex = lambda i: i
-    nv.nvmlDeviceGetClockInfo = lambda h, c: {1: 1980, 2: 2619}[c] - h
-    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=90 + h, memory=30 + h)
-    nv.nvmlDeviceGetPowerUsage = power
-    nv.nvmlDeviceGetTemperature = temperature
-    nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=(h + 1) << 30)
-    return nv
-
-
-def test_sampler_thread_on_simulated_nvml(monkeypatch):
-    calls = {}
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(calls))
-    t_start = time.monotonic_ns()
-    with NvmlSampler(interval_ms=5) as s:
-        assert s.available and s.reason == "ok" and s.n_gpus == 2
-        time.sleep(0.1)
-    t_stop = time.monotonic_ns()
-    assert calls["init"] == calls["shutdown"] == 1
-    n_reads = calls["power0"]
-    assert n_reads >= 5  # 100 ms at 5 ms, on a busy machine too
-    assert calls["power1"] == 1  # not supported: not asked again
-
-    x = s.samples()
-    df = pd.DataFrame({"t": x.t_ns, "device": x.device, "metric": x.metric, "value": x.value})
-    assert ((df["t"] >= t_start) & (df["t"] <= t_stop)).all()
-    for (dev, metric), g in df.groupby(["device", "metric"]):
-        assert np.all(np.diff(g["t"].to_numpy()) > 0), (dev, metric)  # one reading per period
-    per = df.groupby(["device", "metric"]).size().to_dict()
-    assert {m for d, m in per if d == 0} == set(METRICS)
-    assert {m for d, m in per if d == 1} == set(METRICS) - {"power_w"}
-    assert per[(0, "sm_clock_mhz")] == n_reads
-    assert per[(0, "temperature_c")] in (n_reads // 2, (n_reads + 1) // 2)
-    last = df.groupby(["device", "metric"])["value"].last()
-    assert last[(0, "power_w")] == 250.5 and last[(1, "sm_clock_mhz")] == 1979
-    assert last[(1, "memory_used_bytes")] == 2 << 30 and last[(1, "temperature_c")] == 41
-    assert len(s.samples()) == len(x)  # stopped: nothing more comes
-
-
-def test_forget_before_drops_only_older_readings(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml({}))
-    with NvmlSampler(interval_ms=2) as s:
-        time.sleep(0.06)
-        mid = time.monotonic_ns()
-        time.sleep(0.06)
-        before = s.samples()
-        dropped = s.forget_before(mid)
-        after = s.samples()
-    assert dropped > 0 and (after.t_ns >= mid).all()
-    # what stays is what was there from `mid` on (and what the sampler read since)
-    kept = before.t_ns >= mid
-    assert after.t_ns[: kept.sum()].tolist() == before.t_ns[kept].tolist()
-    assert after.value[: kept.sum()].tolist() == before.value[kept].tolist()
-
+# -- (d) a flight recorder's counters, on a simulated NVML ---------------------------------------
 
 @pytest.mark.parametrize("ring", ["time", "size"])
 def test_a_flight_recorder_keeps_only_recent_gpu_counters(ring, tmp_path, monkeypatch):

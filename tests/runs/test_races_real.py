@@ -5,7 +5,7 @@ import pytest
 
 from ggml_trace import analysis
 from ggml_trace.analysis import load
-from conftest import completion_cmd, ggml_trace
+from support import completion_cmd, ggml_trace
 from ggml_trace.tracer import programs, scenario
 
 
@@ -34,8 +34,8 @@ def test_the_23321_race_is_found_in_every_run_before_the_fix(tmp_path):
 @pytest.mark.parametrize("build", ["b10531", "b11434"])
 @pytest.mark.parametrize("name", [n for n in scenario.SCENARIOS  # the others: their own tests
                                   if n not in {"random-dag", "pipeline-input-reuse"} | scenario.META_SCENARIOS])
-def test_no_races_after_the_fix(name, build):
-    r = scenario.run(name, build=build, runs=10, jitter_us=2000)
+def test_no_races_after_the_fix(name, build, tmp_path):
+    r = scenario.run(name, build=build, runs=10, jitter_us=2000, out_dir=tmp_path)
     for path in r.traces:
         assert races_of(path) == [], path
 

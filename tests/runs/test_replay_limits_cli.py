@@ -22,7 +22,7 @@ def ggml_trace(*args, **kw):
 
 @pytest.fixture(scope="module")
 def reduction(tmp_path_factory):
-    """#23321 (b10524, NVIDIA's Vulkan driver on an H200) reduced, as tests/test_reduce.py does."""
+    """#23321 (b10524, NVIDIA's Vulkan driver on an H200) reduced, as tests/runs/test_reduce.py does."""
     out = tmp_path_factory.mktemp("reduce") / "repro"
     r = ggml_trace("reduce", DATA / "vulkan-nvidia-b10524-h200.ggmltrace", "-o", out, "--json")
     assert r.returncode == 0, r.stderr

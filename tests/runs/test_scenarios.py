@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from ggml_trace.analysis import load
-from conftest import ggml_trace, simple_cmd
+from support import ggml_trace, simple_cmd
 from ggml_trace.tracer import programs, scenario
 
 RUNS = 100
@@ -28,8 +28,8 @@ NOT_GREEN = {"random-dag": "a race the #23321 fix does not cover: see docs/scena
     pytest.param(n, marks=pytest.mark.xfail(reason=NOT_GREEN[n], strict=False)) if n in NOT_GREEN else n
     # RED until their own fixes: test_tensor_parallel.py, test_pipeline_parallel.py
     for n in scenario.SCENARIOS if n not in scenario.META_SCENARIOS and n != "pipeline-input-reuse"])
-def test_scenarios_are_green_after_the_fix(name, build):
-    r = scenario.run(name, build=build, runs=RUNS, jitter_us=2000)
+def test_scenarios_are_green_after_the_fix(name, build, tmp_path):
+    r = scenario.run(name, build=build, runs=RUNS, jitter_us=2000, out_dir=tmp_path)
     assert r.runs == RUNS and r.corrupt_runs == 0, r.corrupt
     # not vacuous: the work really ran on the virtual devices, later than it was enqueued
     t = load(r.traces[0])
@@ -52,8 +52,8 @@ def test_a_corrupt_run_shows_the_overwrite_before_the_device_read(red):
     assert copy_exec.t_begin >= cpu_split.t_end
 
 
-def test_the_fix_orders_the_cpu_split_after_the_device():
-    r = scenario.run("inputless-reuse", build="b10531", runs=3)
+def test_the_fix_orders_the_cpu_split_after_the_device(tmp_path):
+    r = scenario.run("inputless-reuse", build="b10531", runs=3, out_dir=tmp_path)
     t = load(r.traces[0])
     cpu_split = t.splits[(t.splits.backend == "CPU") & (t.splits.split == 2)].iloc[0]
     sync = t.sync[(t.sync.kind == "synchronize") & (t.sync.backend == "VDEV0") & (t.sync.split == 2)]

@@ -9,8 +9,7 @@ import pytest
 from ggml_trace.analysis import load, summarize
 from ggml_trace.analysis.allreduce import held_by_delays
 from ggml_trace.analysis.races import races
-from conftest import BUILDS, completion_cmd, ggml_trace
-from test_capture import logged_schedules
+from support import BUILDS, completion_cmd, ggml_trace, logged_schedules
 from ggml_trace.tracer import programs, scenario
 from ggml_trace.tracer.vulkan_runs import FINAL_LINE
 

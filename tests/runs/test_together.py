@@ -9,7 +9,7 @@ import pytest
 from ggml_trace.analysis import load, summarize
 from ggml_trace.analysis.trace_file import read_trace_file
 from ggml_trace.analysis.together import load_together, read_together, rpc_links
-from conftest import completion_cmd, ggml_trace
+from support import completion_cmd, ggml_trace
 from ggml_trace.tracer import programs
 from ggml_trace.tracer.record import record
 

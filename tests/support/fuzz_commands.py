@@ -1,5 +1,5 @@
 """Runs every reading `ggml-trace` command on trace files, in this one process, each under a
-time limit, and prints one JSON line per run: what tests/test_fuzz.py checks. Started by the
+time limit, and prints one JSON line per run: what tests/traces/test_fuzz.py checks. Started by the
 test in a subprocess with an address-space cap (RLIMIT_AS), so a blow-up ends here.
 
 usage: fuzz_commands.py SECONDS OUTDIR FILE..."""

@@ -1,13 +1,9 @@
 """Traces captured on real H200 GPUs (CUDA builds of b10531 and b11434, see docs/gpu.md), analysed here on a
 machine without a GPU."""
-from pathlib import Path
-
 import pytest
 
 from ggml_trace import analysis
-from test_load import check_dtypes
-
-DATA = Path(__file__).parent / "data"
+from support import DATA, check_dtypes
 
 
 @pytest.mark.parametrize("name", ["cuda-b10531-layer-2gpu", "cuda-b10531-big-layer-2gpu"])

@@ -3,14 +3,12 @@ bench/gpu/tp_h200.py — one run without delays, one with 200 us before every AD
 second GPU (its output diverged from the one-GPU output in 10 of 10 runs), one with the same delay
 on the first GPU (0 of 10). The run counts are in bench/gpu/results-tp-h200.json and docs/gpu.md;
 these tests check what the traces themselves say."""
-from pathlib import Path
-
 import pytest
 
 from ggml_trace import analysis
+from support import DATA
 from ggml_trace.analysis.races import races
 
-DATA = Path(__file__).parent / "data"
 WAYS = {"none": None, "delay-gpu1": "CUDA1", "delay-gpu0": "CUDA0"}
 
 

@@ -9,15 +9,13 @@ docs/tensor-parallel.md. These tests check what the traces themselves say:
 - nccl-cupti, internal-cupti: the build's default path (NCCL) and GGML_CUDA_ALLREDUCE=internal,
   named from their kernels; nccl-delay: a 2 ms delay before CUDA1's part of every allreduce.
 """
-from pathlib import Path
-
 import pytest
 
 from ggml_trace import analysis
+from support import DATA
 from ggml_trace.analysis.allreduce import held_by_delays
 from ggml_trace.analysis.races import races
 
-DATA = Path(__file__).parent / "data"
 
 
 def load(name):

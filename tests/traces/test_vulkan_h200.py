@@ -1,11 +1,9 @@
 """Traces from NVIDIA's Vulkan driver on an H200 (bench/gpu/vulkan_h200.sh, tiny qwen35, -ngl 99 -nkvo,
 --device-timing): b10524 corrupt in 20 of 20 runs, b10531 clean in 20 of 20
 (bench/gpu/results-h200-2026-11-30/). One run of each is kept here."""
-from pathlib import Path
-
 from ggml_trace import analysis
+from support import DATA
 
-DATA = Path(__file__).parent / "data"
 
 
 def _races(name):

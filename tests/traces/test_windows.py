@@ -1,28 +1,15 @@
 """The race analysis in graph windows (analysis/windows.py): the same findings as the analysis of
 the whole trace, on real GPU traces and on a synthetic trace with a race in every graph, locally
-and on a local Dask cluster; the command picks it for large files and says so."""
+and on a local Dask cluster; the command picks it for large files and says so. On the synthetic
+trace alone: tests/unit/test_windows_synthetic.py; a Dask cluster in this process:
+tests/runs/test_windows_dask.py."""
 import json
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import ggml_trace
+from support import DATA, ggml_trace
 
 from ggml_trace.analysis import TraceFormatError, load, races, summarize
-from ggml_trace.analysis.windows import index_trace, iter_windows, plan_windows, races_in_windows, races_on_dask
-
-DATA = Path(__file__).parent / "data"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory):
-    """~200k events, 312 graphs, the #23321 pattern (one race) in every graph."""
-    from bench_races import build_trace
-
-    path = tmp_path_factory.mktemp("syn") / "syn.ggmltrace"
-    events, graphs = build_trace(str(path), 200_000, 40, True)
-    return path, graphs
+from ggml_trace.analysis.windows import index_trace, races_in_windows
 
 
 @pytest.mark.parametrize("name", ["cuda-b10531-tp-2gpu-cupti-delay-gpu1", "vulkan-nvidia-b10524-h200",
@@ -63,35 +50,8 @@ def test_a_manifested_finding_shows_a_manifested_pair(records, context):
     assert windowed.findings.equals(whole.findings)
 
 
-def test_a_synthetic_race_in_every_graph(synthetic):
-    path, graphs = synthetic
-    index = index_trace(path)
-    plan = plan_windows(index, records=20_000)
-    assert len(plan) > 10 and plan[0].first_graph == 0 and plan[-1].end_graph == graphs
-    report, info = races_in_windows(path, records=20_000)
-    assert report.findings["count"].tolist() == [graphs]
-    assert info["largest_window_records"] < 40_000  # one window's records (and its context), not the file's
-    assert report.findings.equals(races(load(path)).findings)
-
-
-def test_iter_windows_covers_every_call_once(synthetic):
-    path, graphs = synthetic
-    seen = [t.calls["call_id"] for _, t in iter_windows(path, records=30_000)]
-    assert len(seen) > 5
-    ids = [i for s in seen for i in s.tolist()]
-    assert len(ids) == len(set(ids)) and set(ids) == set(load(path).calls["call_id"].tolist())
-
-
-def test_dask_local_cluster_gives_the_same_findings(synthetic):
-    path, _ = synthetic
-    local, _ = races_in_windows(path, records=50_000)
-    on_dask, info = races_on_dask(path, records=50_000)
-    assert info["windows"] >= 4
-    assert on_dask.findings.equals(local.findings)
-
-
-def test_the_command_in_windows_and_on_dask(synthetic):
-    path, graphs = synthetic
+def test_the_command_in_windows_and_on_dask(windows_trace):
+    path, graphs = windows_trace
     whole = ggml_trace("races", path, "--json", "--no-windows")
     for extra in (["--windows", "--window-records", "20000"], ["--dask", "--window-records", "50000"]):
         r = ggml_trace("races", path, "--json", *extra)
@@ -117,31 +77,6 @@ def test_windows_refuse_a_ring_and_read_damage_as_the_whole_does(tmp_path):
     assert r.returncode == 2 and "unknown type byte" in r.stderr, r.stderr
     r = ggml_trace("races", bad, "--windows", "--lenient")  # loads the rest, and says it rests on damage
     assert r.returncode == 2 and "dropped" in r.stderr and "rests on a damaged file" in r.stderr, r.stderr
-
-
-@pytest.mark.parametrize("cut_at", [0.5, 0.75])
-def test_a_cut_file_in_windows_keeps_what_the_whole_read_keeps(synthetic, tmp_path, cut_at):
-    """A file cut inside a chunk (copied while written, a full disk): the windows read its last,
-    partial chunk as the whole-file reader does, every whole record in it."""
-    from ggml_trace.analysis.trace_format import CHUNK_SIZE, HEADER_SIZE
-
-    path, _ = synthetic
-    data = path.read_bytes()
-    chunks = (len(data) - HEADER_SIZE) // CHUNK_SIZE
-    cut = HEADER_SIZE + int(chunks * cut_at) * CHUNK_SIZE + CHUNK_SIZE // 3 + 17  # mid-chunk, mid-record
-    part = tmp_path / "cut.ggmltrace"
-    part.write_bytes(data[:cut])
-    whole = load(part, strict=False)
-    assert any("ends inside a chunk" in w for w in whole.warnings)
-    def host_calls(t):  # device-side records whose host call was cut off are left out of windows
-        return set(t.calls.loc[t.calls["kind"] != "device_exec", "call_id"].tolist())
-
-    seen = set()
-    for _, t in iter_windows(part, records=30_000, strict=False):
-        seen |= host_calls(t)
-    assert seen == host_calls(whole)
-    windowed, _ = races_in_windows(part, records=20_000, strict=False)
-    assert windowed.findings.equals(races(whole).findings)
 
 
 def test_partitioned_parquet_export_reads_back_as_the_whole_trace(tmp_path):
@@ -225,34 +160,3 @@ def test_a_trace_too_large_to_load_is_windowed_or_refused_with_advice(tmp_path):
     assert json.loads(r.stdout)["races"] == races(load(path)).to_json()["races"]
     r = ggml_trace("races", path, "--no-windows", env=env)  # whole, as asked
     assert r.returncode == 1 and "graph windows" not in r.stderr
-
-
-def test_the_commands_window_is_the_analysis_default(capsys):
-    from ggml_trace.analysis.windows import WINDOW_RECORDS
-    from ggml_trace.tracer.cli import main as cli
-
-    with pytest.raises(SystemExit):
-        cli(["races", "--help"])
-    assert f"(default: {WINDOW_RECORDS})" in " ".join(capsys.readouterr().out.split())
-
-
-def test_reading_ahead_gives_the_windows_in_order_whatever_the_threads(synthetic, monkeypatch):
-    """The next window is read in a thread of its own (analysis/windows.py, read_ahead); with one
-    thread it is read in turn. The windows and what they hold must not depend on it."""
-    from ggml_trace.analysis import windows
-
-    path, _ = synthetic
-    index = index_trace(path)
-    plan = plan_windows(index, records=50_000)
-    assert len(plan) > 2
-
-    def read_all():
-        return [(w.number, len(raw.calls), len(raw.accesses), int(raw.calls["call_id"].sum()))
-                for w, raw in windows.read_ahead(index, plan)]
-
-    ahead = read_all()
-    monkeypatch.setenv("GGML_TRACE_THREADS", "1")
-    assert read_all() == ahead
-    one_by_one = [windows.read_window(index, w) for w in plan]
-    assert ahead == [(w.number, len(r.calls), len(r.accesses), int(r.calls["call_id"].sum()))
-                     for w, r in zip(plan, one_by_one)]

@@ -1,6 +1,6 @@
 """The contracts between the halves, each written once and checked here: the trace format's names
 and numbers in native_hooks/trace_format.h (the Python side, analysis/trace_format.py, which the
-loader, the writers in tracer/ and tests/tracegen.py import, is held to every enum value and flag
+loader, the writers in tracer/ and tests/support/tracegen.py import, is held to every enum value and flag
 bit in it), and the DataFrame schemas in analysis/schema.py, the loaded trace's and the race
 findings' (docs/dataframes.md is held to them)."""
 import re
@@ -11,7 +11,7 @@ import pytest
 from ggml_trace.analysis import trace_format as tf
 from ggml_trace.analysis.schema import ANALYSIS_FRAMES, FRAMES
 
-HEADER = Path(__file__).resolve().parents[1] / "native_hooks" / "trace_format.h"
+HEADER = Path(__file__).resolve().parents[2] / "native_hooks" / "trace_format.h"
 
 
 def _int(text: str) -> int:
@@ -79,7 +79,7 @@ def test_constants_and_flag_bits():
     assert tf.FILE_MAGIC == b"GGMLTRC\0"
 
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "dataframes.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "dataframes.md"
 
 
 def documented_frames() -> dict:

@@ -4,15 +4,14 @@ placed in one layer (LAYERS, TRACER_LAYERS), and imports go down or across, neve
 imports, at module level or inside a function (an import inside a function only hides the
 dependency, it does not remove it), in any form, only modules of its own layer or below. A module
 not in the map fails the test, so that a new one gets placed. No import circles either, and the
-format module imports no other module of the package."""
+format module imports no other module of the package. What an import loads at run time:
+tests/traces/test_import_loads.py."""
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "ggml_trace"
 FOLDERS = {"analysis": ROOT / "analysis", "tracer": ROOT / "tracer"}  # as pyproject.toml maps them
 FORMAT = "analysis.trace_format"
@@ -123,7 +122,7 @@ def upward_imports(graph: dict[str, set[str]], layer_of: dict[str, str]) -> list
 def test_every_module_has_a_layer():
     modules = set(import_graph(FOLDERS))
     unplaced = sorted(modules - set(LAYER_OF))
-    assert not unplaced, f"modules in no layer (place them in LAYERS or TRACER_LAYERS, tests/test_layers.py): {unplaced}"
+    assert not unplaced, f"modules in no layer (place them in LAYERS or TRACER_LAYERS, tests/unit/test_layers.py): {unplaced}"
     gone = sorted(set(LAYER_OF) - modules)
     assert not gone, f"the layers name modules that are gone: {gone}"
     placed = sum(len(m) for m in LAYERS.values()) + sum(len(m) for m in TRACER_LAYERS.values())
@@ -145,48 +144,6 @@ def test_the_format_is_a_leaf():
     graph = import_graph(FOLDERS)
     assert FORMAT in graph
     assert graph[FORMAT] == set(), f"analysis/trace_format.py imports {sorted(graph[FORMAT])}"
-
-
-# -- what an import loads: the format and the reader need neither pandas nor plotly, nor does the
-# control API inside a traced program; the package's names are imported on first use
-
-HEAVY = ["pandas", "plotly", "ggml_trace.analysis.races", "ggml_trace.analysis.stalls",
-         "ggml_trace.analysis.timeline", "ggml_trace.analysis.report"]
-
-
-def loaded_after(code: str) -> set[str]:
-    """The modules of HEAVY that running `code` in a fresh interpreter (this one's) loads."""
-    probe = f"import sys\n{code}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return set(r.stdout.split())
-
-
-def test_the_format_and_the_reader_load_no_pandas_and_no_view():
-    assert loaded_after("import ggml_trace.analysis.trace_format") == set()
-    assert loaded_after("from ggml_trace.analysis import trace_file, raw_trace\n"
-                        "from ggml_trace.analysis.trace_file import read_trace_file") == set()
-
-
-def test_the_control_api_loads_no_pandas():
-    assert loaded_after("import ggml_trace.tracer.api") == set()
-    assert loaded_after("from ggml_trace import tracer\ntracer.mark('x')") == set()
-
-
-def test_the_package_names_are_the_functions_whichever_module_loads_first():
-    """`analysis.load` is the function though races.py imported the load module before it was
-    asked for (the import system sets a loaded module on its package)."""
-    code = ("import ggml_trace.analysis.races, ggml_trace.analysis.timeline\n"
-            "from ggml_trace import analysis\n"
-            "from ggml_trace.analysis import load, races, timeline\n"
-            "assert analysis.load is load is sys.modules['ggml_trace.analysis.load'].load\n"
-            "assert analysis.races is races is sys.modules['ggml_trace.analysis.races'].races\n"
-            "assert analysis.timeline is timeline is sys.modules['ggml_trace.analysis.timeline'].timeline\n"
-            "assert analysis.stalls is sys.modules['ggml_trace.analysis.stalls']\n"
-            "assert analysis.windows.races_in_windows\n"
-            "assert all(getattr(analysis, n) is not None for n in analysis.__all__)\n"
-            "assert set(analysis.__all__) <= set(dir(analysis))")
-    assert loaded_after(code) >= {"pandas", "plotly"}
 
 
 def plant(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:

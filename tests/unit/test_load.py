@@ -1,18 +1,17 @@
-"""Tests of the trace loader (analysis.load / analysis.trace_file), using tests/tracegen.py."""
+"""Tests of the trace loader (analysis.load / analysis.trace_file), on traces written by
+tests/support/tracegen.py. The loader on the committed traces: tests/traces/test_load_traces.py; on
+files of the C++ writer: tests/runs/test_load_programs.py."""
 from __future__ import annotations
-
-import pickle
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tracegen import TraceBuilder, string_id, synth_trace
+from support import check_dtypes, col
+from support.tracegen import TraceBuilder, string_id, synth_trace
 
 from ggml_trace.analysis.schema import FRAMES
 from ggml_trace.analysis import Trace, TraceFormatError, load, summarize
-from ggml_trace.analysis.load import FRAME_NEEDS
 from ggml_trace.analysis.trace_file import INCOMPLETE_STRING, read_trace_file
 from ggml_trace.analysis.raw_trace import TickClock
 from ggml_trace.analysis.trace_format import (
@@ -27,18 +26,6 @@ W_BUF, H_BUF, R_BUF = 0xA000, 0xB000, 0xC000  # gpu weights, host compute, reuse
 EV = 0xE1
 
 EXPECTED_DTYPES = FRAMES  # analysis/schema.py
-
-
-def check_dtypes(trace: Trace) -> None:
-    for frame, want in EXPECTED_DTYPES.items():
-        df = getattr(trace, frame)
-        got = {c: str(t) for c, t in df.dtypes.items()}
-        assert got == want, frame
-
-
-def col(df: pd.DataFrame, name: str) -> list:
-    """A column as plain Python values (missing -> None)."""
-    return [None if pd.isna(x) else x for x in df[name].astype(object).tolist()]
 
 
 def hand_made() -> tuple[TraceBuilder, dict]:
@@ -530,153 +517,3 @@ def test_synthetic_trace_loads(tmp_path):
     # raw host addresses in the synthetic trace all fall inside its host buffers
     assert (t.accesses["buffer"] != 0).all()
     assert summarize(t)["backends"][0]["name"] == "CUDA0"
-
-
-STRUCTS = {"FileHeader": "FILE_HEADER_DTYPE", "ChunkHeader": "CHUNK_HEADER_DTYPE",
-           "StringRec": "STRING_DTYPE", "MetaRec": "META_DTYPE", "ClockRec": "CLOCK_DTYPE",
-           "ThreadRec": "THREAD_DTYPE", "BackendRec": "BACKEND_DTYPE",
-           "BufferRec": "BUFFER_DTYPE", "CallRec": "CALL_DTYPE", "AccessRec": "ACCESS_DTYPE",
-           "GpuActivityRec": "GPU_DTYPE", "SampleRec": "SAMPLE_DTYPE", "NestRec": "NEST_DTYPE"}
-
-
-def test_dtypes_match_c_header(tmp_path):
-    """Every numpy field sits at the offset and has the size the C compiler gives it."""
-    import os
-    import shutil
-    import subprocess
-
-    from ggml_trace.analysis import trace_format
-
-    # every record type's dtype is among those checked: a new record type needs its row in STRUCTS
-    checked = [getattr(trace_format, name) for name in STRUCTS.values()]
-    assert all(any(dt is c for c in checked) for dt in trace_format.RECORD_DTYPES.values())
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if not cxx:
-        pytest.skip("no C++ compiler")
-    header = os.path.join(os.path.dirname(__file__), "..", "native_hooks", "trace_format.h")
-    lines, want = [], []
-    for struct, name in STRUCTS.items():
-        dt = getattr(trace_format, name)
-        lines.append(f'printf("{struct} %zu\\n", sizeof({struct}));')
-        want.append(f"{struct} {dt.itemsize}")
-        for field, (fdt, off) in dt.fields.items():
-            lines.append(f'printf("{struct}.{field} %zu %zu\\n", offsetof({struct}, {field}), '
-                         f'sizeof((({struct} *) 0)->{field}));')
-            want.append(f"{struct}.{field} {off} {fdt.itemsize}")
-    src = tmp_path / "layout.cpp"
-    src.write_text(f'#include <cstdio>\n#include <cstddef>\n#include "{os.path.abspath(header)}"\n'
-                   "using namespace ggml_trace;\nint main() {\n" + "\n".join(lines) + "\n}\n")
-    exe = tmp_path / "layout"
-    subprocess.run([cxx, "-std=c++17", "-o", str(exe), str(src)], check=True)
-    got = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
-    assert got[:-1] == want
-
-
-WRITER_MAIN = r"""
-#include "trace_writer.h"
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <thread>
-using namespace ggml_trace;
-
-static void calls(int n, const char * name) {
-    uint64_t name_id = intern(name);
-    for (int i = 0; i < n; i++) {
-        emit_record<CallRec>(REC_CALL, [&](CallRec & r) {
-            r.kind = 16;  // K_GRAPH_COMPUTE
-            r.sched = 0;
-            r.thread = thread_index();
-            r.t_begin = now_ticks();
-            r.call_id = next_call_id();
-            r.backend = r.backend2 = NONE32;
-            r.graph = (uint32_t) i;
-            r.split = 0;
-            r.obj = name_id;
-            r.arg = (uint64_t) i;
-            r.t_end = now_ticks();
-        });
-    }
-}
-
-int main(int argc, char ** argv) {
-    if (!writer_open(argv[1], "b-test", 2)) return 1;
-    write_meta("model", "tiny.gguf", 9);
-    std::string long_name(300, 'x');
-    long_name += "<end>";
-    std::thread worker(calls, 3000, long_name.c_str());
-    calls(2000, "main-calls");
-    worker.join();
-    if (argv[2][0] == 'a') abort();  // crash: no trim, no final CLOCK record
-    writer_close();
-    return 0;
-}
-"""
-
-
-@pytest.mark.parametrize("ending", ["close", "abort"])
-def test_cpp_writer_interop(tmp_path, ending):
-    """A trace written by the real C++ writer (closed cleanly, or crashed) loads completely."""
-    import os
-    import shutil
-    import subprocess
-
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if not cxx:
-        pytest.skip("no C++ compiler")
-    hooks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "native_hooks")
-    (tmp_path / "main.cpp").write_text(WRITER_MAIN)
-    exe = tmp_path / "writer"
-    subprocess.run([cxx, "-std=c++17", "-O1", "-pthread", "-I", hooks, str(tmp_path / "main.cpp"),
-                    os.path.join(hooks, "trace_writer.cpp"), "-o", str(exe)], check=True)
-    path = tmp_path / "w.ggmltrace"
-    subprocess.run([str(exe), str(path), ending[0]], check=False, capture_output=True)
-    if ending == "abort":  # the pre-extended (fallocated) segment stays: zero chunks
-        assert os.path.getsize(path) > HEADER_SIZE + 10 * CHUNK_SIZE
-    t = load(path)
-    assert t.meta["model"] == "tiny.gguf"
-    assert t.header["hooks_build"] == "b-test"
-    c = t.calls
-    assert len(c) == 5000 and c["call_id"].is_unique
-    names = c.groupby("thread")["obj"].first()
-    assert sorted(c["thread"].value_counts().tolist()) == [2000, 3000]
-    assert {t.strings[int(i)] for i in names} == {"main-calls", "x" * 300 + "<end>"}
-    assert (c["duration"] >= 0).all() and (c["t_begin"] >= 0).all()
-    assert c["t_end"].max() < 60 * 10**9  # ticks converted to ns since t0, not raw ticks
-    assert col(t.threads, "thread") == [0, 1]
-
-
-GPU_TRACES = sorted(Path(__file__).parent.glob("data/*.ggmltrace"))
-
-
-@pytest.mark.parametrize("path", GPU_TRACES[:6], ids=lambda p: p.stem)
-def test_frames_are_built_when_first_touched_and_the_same_in_any_order(path):
-    t = load(path)
-    assert not any(name in vars(t) for name in FRAME_NEEDS)  # load read the records, built no frame
-    _ = t.splits
-    built = {name for name in FRAME_NEEDS if name in vars(t)}
-    assert "splits" in built and "copies" in built and "accesses" not in built  # copies resolve their own
-    forward = t.frames()
-    backward = load(path)
-    for name in reversed(list(FRAME_NEEDS)):
-        pd.testing.assert_frame_equal(getattr(backward, name), forward[name], check_exact=True)
-    copied = pickle.loads(pickle.dumps(load(path)))  # a copy carries every frame
-    for name in FRAME_NEEDS:
-        pd.testing.assert_frame_equal(getattr(copied, name), forward[name], check_exact=True)
-    rows = t.access_calls()
-    ids = t.calls["call_id"].to_numpy(np.uint64)
-    has = rows >= 0
-    assert (ids[rows[has]] == t.accesses["call_id"].to_numpy(np.uint64)[has]).all()
-    assert (load(path).access_calls() == rows).all()  # asked first, before any frame
-    # an analysis of the accesses reads their own columns, never built the whole frame for them
-    fresh = load(path)
-    own = fresh.access_columns()
-    assert "accesses" not in vars(fresh) and list(own.columns) == ["buffer", "offset", "size", "end", "mode", "tensor", "node"]
-    pd.testing.assert_frame_equal(own, t.accesses[list(own.columns)], check_exact=True)
-    pd.testing.assert_frame_equal(fresh.accesses, t.accesses, check_exact=True)  # the frame built after them
-    # each access's lifetime as the load matched it: its buffer's pointer, registered by then
-    lt = fresh.access_lifetimes()
-    has = lt >= 0
-    bf = t.buffers
-    assert (bf["buffer"].to_numpy(np.uint64)[lt[has]] == t.accesses["buffer"].to_numpy(np.uint64)[has]).all()
-    assert (bf["first_seen"].to_numpy(np.int64)[lt[has]] <= t.accesses["t_end"].to_numpy(np.int64, na_value=2**62)[has]).all()

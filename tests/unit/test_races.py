@@ -1,4 +1,4 @@
-"""Tests of the race analysis (analysis.races), on traces made by hand with tests/tracegen.py.
+"""Tests of the race analysis (analysis.races), on traces made by hand with tests/support/tracegen.py.
 
 The scenarios follow ggml issue #23321: an async backend A queues work that reads bytes X, and a
 later operation on another backend writes X (a different tensor the allocator placed there)
@@ -12,72 +12,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracegen import TraceBuilder
+from support.race_cases import A, B, CPU, DBUF, EV, EV2, HBASE, HBUF, RPC, US, analyse, builder, findings, reuse_graph, split
+from support.tracegen import TraceBuilder
 
-from ggml_trace.analysis import RaceReport, load, races
+from ggml_trace.analysis import load, races
 from ggml_trace.analysis.race_report import missing_words
 from ggml_trace.analysis.races import format_report
 from ggml_trace.analysis.schema import FINDINGS
 from ggml_trace.analysis.trace_format import BUF_ALLOCATED, BUF_FREED
 from ggml_trace.tracer.cli import main as cli
-
-A, B, CPU, RPC = 0, 1, 2, 3             # backend indices
-HBUF, DBUF = 0xB000, 0xD000             # host compute buffer, a buffer on device A
-HBASE, DBASE = 0x5000_0000, 0x7000_0000
-EV, EV2 = 0xE1, 0xE2
-US = 1000                               # ns per us
-
-
-def builder() -> TraceBuilder:
-    b = TraceBuilder(hooks_build="test")
-    b.thread(0, name="main")
-    b.thread(1, name="VDEV0 stream")
-    b.backend(A, "VDEV0", "VDEV0", device_type=1, has_async=True, has_events=True)
-    b.backend(B, "VDEV1", "VDEV1", device_type=1, has_async=True, has_events=True)
-    b.backend(CPU, "CPU", "CPU", device_type=0)
-    b.backend(RPC, "RPC0", "RPC0", device_type=1)  # neither async nor events: synchronous
-    b.buffer(HBUF, BUF_ALLOCATED, base=HBASE, size=1 << 20, usage=2, is_host=True,
-             buft_name="CPU", device_ptr=0x6000_0000 + 0x100 * CPU)
-    b.buffer(DBUF, BUF_ALLOCATED, base=DBASE, size=1 << 20, usage=2, buft_name="VDEV0",
-             device_ptr=0x6000_0000 + 0x100 * A)
-    return b
-
-
-def split(b: TraceBuilder, backend: int, t: int, graph: int, index: int, accesses=(),
-          dur: int = 10 * US, thread: int = 0) -> int:
-    """A graph_compute call with accesses (mode, buffer, offset, size, tensor[, node])."""
-    cid = b.call("graph_compute", t, t + dur, thread=thread, backend=backend, sched=0,
-                 graph=graph, split=index, arg=len(accesses))
-    for mode, buf, off, size, tensor, *node in accesses:
-        b.access(cid, mode, buf, off, size, tensor=tensor, node=node[0] if node else None,
-                 op=1, index=0, thread=thread)
-    return cid
-
-
-def reuse_graph(b: TraceBuilder, g: int, t0: int, between=None, writer: int = CPU,
-                device=None) -> tuple[int, int]:
-    """Graph g: A's split 3 reads inp_embd at X (host buffer); `between(b, t)` adds calls; then
-    split 4 on `writer` writes ffn_out-0 over X. Returns (A split, writer split) call ids."""
-    a = split(b, A, t0, g, 3, [("read", HBUF, 0x100, 256, "inp_embd", "mul_mat-0"),
-                               ("write", DBUF, 0, 64, "mul_mat-0")])
-    if device is not None:  # the device-side execution of A's split
-        b.call("device_exec", t0 + device[0], t0 + device[1], thread=1, backend=A, graph=g,
-               split=3, obj=a)
-    if between:
-        between(b, t0 + 100 * US)
-    w = split(b, writer, t0 + 500 * US, g, 4, [("write", HBUF, 0x80, 512, "ffn_out-0")],
-              dur=100 * US)
-    return a, w
-
-
-def analyse(tmp_path, b: TraceBuilder, name: str = "t.trace") -> RaceReport:
-    p = tmp_path / name
-    b.write(p)
-    return races(load(p))
-
-
-def findings(report: RaceReport) -> list[dict]:
-    return report.to_json()["races"]
 
 
 # -- the ordering rules -----------------------------------------------------------------------
@@ -597,7 +540,7 @@ def test_a_buffer_without_records_is_one_lifetime(tmp_path):
     (f,) = findings(analyse(tmp_path, b))
     assert f["buffer"] == hex(0xF000) and f["generation"] is None and f["range"] == [128, 256]
 
-# Real traces (scenarios on every pinned build, llama.cpp runs) are in test_races_real.py.
+# Real traces (scenarios on every pinned build, llama.cpp runs) are in tests/runs/test_races_real.py.
 
 
 EVENTS = 1 << 4          # DeviceSource SRC_EVENTS in a device_exec record's flags

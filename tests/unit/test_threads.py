@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracegen import synth_trace
+from support.tracegen import synth_trace
 
 from ggml_trace.analysis import load, threads
 from ggml_trace.analysis.columns import Columns
