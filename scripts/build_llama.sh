@@ -21,10 +21,16 @@ fi
 # For the trees the set-up fetches (build/src/NAME/llama.cpp) the CMake folder sits beside the sources,
 # build/src/NAME/cmake-BUILD, at the same depth for every tree: with CCACHE_BASEDIR (the Makefile's), a
 # file that is the same in two trees (two pinned builds, a patched copy) then has the same relative paths
-# in its compile, and compiles once. BUILD_DIR/bin holds the results. Other trees build in BUILD_DIR.
+# in its compile, and compiles once (llama.cpp puts its results in the CMake folder's bin/). Other trees
+# build in BUILD_DIR.
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=$out
 case "$(realpath "$src")" in "$here"/build/src/*) work=$(dirname "$(realpath "$src")")/cmake-$(basename "$out") ;; esac
+[ -d "$out" ] && [ ! -L "$out" ] && work=$out  # a build folder of the earlier layout: built in place
+if [ "$work" != "$out" ]; then  # BUILD_DIR stays where it is looked for, a link to the CMake folder
+  mkdir -p "$work"
+  ln -sfn "$(realpath --relative-to="$(dirname "$(realpath -m "$out")")" "$work")" "$out"
+fi
 server=OFF  # llama-server only where asked for (TARGETS): it is the longest to build
 case " ${TARGETS:-} " in *" llama-server "*) server=ON ;; esac
 # RUNPATH $ORIGIN: a program or library finds its neighbours in its own folder, wherever the folder is
@@ -35,7 +41,5 @@ cmake -S "$src" -B "$work" -G "Unix Makefiles" "${identity[@]}" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF \
   -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
-  -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
-  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$(realpath -m "$out")/bin" \
   "$@" >"$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
 cmake --build "$work" -j "$jobs" --target ${TARGETS:-llama-simple llama-completion llama-bench ggml-rpc-server}
