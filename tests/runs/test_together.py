@@ -14,6 +14,7 @@ from ggml_trace.tracer import programs
 from ggml_trace.tracer.record import record
 
 BUILD = "b10531"
+SYNC_INTERVAL_NS = 50_000_000  # native_hooks/trace_writer.cpp: a clock point at most this often
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +66,9 @@ def test_each_rpc_backend_is_linked_to_the_server_that_served_it(run):
 
 def test_times_share_one_axis(run):
     """A server computes a graph after the client sent it: on the common axis, the k-th compute of
-    each server begins after the client's k-th graph_compute on that server's RPC backend began
-    (each trace alone counts from its own start: the servers started first)."""
+    each server begins after the client's k-th graph_compute on that server's RPC backend began, and
+    before its (k+1)-th (the client sends a token's graph only once it has the previous token's
+    result). Each trace alone counts from its own start: the servers started first."""
     t = load_together(paths(run))
     assert (t.processes["offset_ns"] > 0).sum() == 2
     c = t.calls[t.calls["kind"] == "graph_compute"]
@@ -74,20 +76,22 @@ def test_times_share_one_axis(run):
         sent = c.loc[(c["process"] == link["client"]) & (c["backend"] == link["backend"]), "t_begin"].to_numpy()
         ran = c.loc[c["process"] == link["server"], "t_begin"].to_numpy()
         assert len(sent) == len(ran) > 0
-        lag = ran - sent
-        assert (lag > 0).all() and (lag < 50_000_000).all(), lag
+        assert (ran > sent).all(), ran - sent
+        assert (ran[:-1] < sent[1:]).all(), (ran, sent)
 
 
 def test_a_server_without_a_scheduler_is_calibrated_to_its_last_call(run):
     """Times line up across traces only as well as each trace's ticks are calibrated. A server has
     no scheduler and is killed, not closed: its clock points come from its calls' ends (at most
     ~50 ms apart), not from the start alone, where a 2 ms calibration extrapolated over the run
-    put its times tens of µs off the client's."""
+    put its times tens of µs off the client's. The bound is the writer's rule, not a measurement: it
+    takes a clock point at a call's end once SYNC_INTERVAL_NS have passed since its last, so the last
+    point lies within that interval (and the clocks' conversion) of the last call's end."""
     for path in paths(run):
         raw = read_trace_file(path)
         points = raw.clocks["monotonic_ns"].astype(np.int64) - int(raw.header["t0_monotonic_ns"])
         last_call = int(load(path).calls["t_end"].max())
-        assert len(points) and points.max() >= last_call - 60_000_000, (path.name, points, last_call)
+        assert len(points) and points.max() >= last_call - SYNC_INTERVAL_NS - 10_000_000, (path.name, points, last_call)
 
 
 def test_several_hosts_and_the_same_process_twice(run):

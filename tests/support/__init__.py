@@ -182,3 +182,14 @@ def replay_json(directory, build, runs, *extra) -> dict:
     assert r.returncode == (1 if doc["verdict"] == "RED" else 0)
     assert doc["runs"] == runs and len(doc["traces"]) == runs
     return doc
+
+
+def wait_until(condition, what: str, seconds: float = 60, poll: float = 0.01) -> None:
+    """Polls `condition()` until it holds, however long that takes on a busy machine; fails after
+    `seconds` (a hang, not a slow machine: give far more than it takes)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {seconds} s"
+        time.sleep(poll)

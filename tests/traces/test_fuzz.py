@@ -3,8 +3,8 @@
 region of the file, extreme values in every field of every record type.
 
 Every outcome must be a loaded Trace or a TraceFormatError (never another exception), damage
-must be reported, and every command must finish within a time bound, under a memory cap, with
-exit 0, 1 or 2 and at most a one-line error. Hypothesis runs derandomized (the same cases on
+must be reported, and every command must end (an alarm stops one that hangs), under a memory cap,
+with exit 0, 1 or 2 and at most a one-line error. Hypothesis runs derandomized (the same cases on
 every machine) and without its example database, within a bounded number of cases.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import support
-from support import DATA, check_dtypes, record_offsets
+from support import DATA, check_dtypes, no_hang, record_offsets
 
 from ggml_trace import analysis
 from ggml_trace.analysis import TraceFormatError
@@ -32,7 +31,7 @@ SOURCES = sorted(DATA.glob("*.ggmltrace"))
 LOAD_CASES = 150          # in-process: load strict and lenient, summary, races
 COMMAND_BATCHES = 3       # subprocesses, each running every command on FILES_PER_BATCH files
 FILES_PER_BATCH = 3
-COMMAND_SECONDS = 60      # the bound on any one command
+COMMAND_SECONDS = 60      # a hang guard: the alarm that ends any one command still running
 MEMORY_CAP = 2 << 30      # RLIMIT_AS of the command runs
 OUTCOMES: collections.Counter = collections.Counter()
 pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
@@ -129,9 +128,8 @@ def test_fuzz_load(tmp_path_factory, case):
     name, muts, data = case
     p = tmp_path_factory.getbasetemp() / "fuzz.ggmltrace"
     p.write_bytes(data)
-    t0 = time.monotonic()
-    strict, lenient = _load(p, True), _load(p, False)
-    assert time.monotonic() - t0 < 30
+    with no_hang(300, "loading a damaged trace"):  # a hang guard: a load takes well under a second
+        strict, lenient = _load(p, True), _load(p, False)
     if isinstance(lenient, TraceFormatError):
         assert isinstance(strict, TraceFormatError)  # only what no mode can read: the header
         OUTCOMES["rejected (header)"] += 1
@@ -169,8 +167,7 @@ def test_fuzz_commands(tmp_path_factory, cases):
     assert len(lines) == 13 * FILES_PER_BATCH
     for x in lines:
         what = (x["run"], cases[x["file"]][1], x["stderr"][-2000:])
-        assert x["rc"] in (0, 1, 2), what
-        assert x["seconds"] < COMMAND_SECONDS, what
+        assert x["rc"] in (0, 1, 2), what  # not "timeout": it ended before its COMMAND_SECONDS alarm
         assert "Traceback" not in x["stderr"], what
         assert "cannot process this trace" not in x["stderr"], what  # an internal error
         assert "out of memory" not in x["stderr"], what

@@ -61,14 +61,17 @@ def test_cupti_activity_is_tied_to_the_calls_that_launched_it(name):
     # every kernel ran on the GPU of the backend that launched it (CUDA<n> is device n)
     assert (k["backend"].astype(str) == "CUDA" + k["device"].astype(str)).all()
     assert (g["t_end"] >= g["t_begin"]).all() and g["t_begin"].min() > 0
-    # ... and within its launching call's device interval seen by the event watcher, give or
-    # take the watcher's precision
+    # ... after the call that launched it began (CUPTI's clock is the trace's), and it ended no
+    # later than the event watcher saw that call's work end (the end event is recorded after the
+    # work on the same stream)
+    calls = t.calls.set_index("call_id")
+    assert (k["t_begin"].to_numpy() >= calls.loc[k["call_id"].astype("uint64").to_numpy(), "t_begin"].to_numpy()).all()
     d = t.device
     cu = d[d["source"] == "cupti"].set_index("call_id")
     ev = d[d["source"] == "events"].set_index("call_id")
     both = cu.merge(ev[["t_end"]], left_index=True, right_index=True, suffixes=("", "_ev"))
     assert len(both) >= 30
-    assert (both["t_end_ev"] >= both["t_end"] - 20_000).mean() > 0.95
+    assert (both["t_end_ev"] >= both["t_end"]).all()
 
 
 @pytest.mark.parametrize("name", TIMED)
@@ -78,7 +81,8 @@ def test_event_watcher_agrees_with_cupti(name):
     diff = compare_sources(analysis.load(DATA / f"{name}.ggmltrace"))
     a = accuracy(diff)
     assert a["operations"] >= 60
-    assert a["end_median_us"] < 20 and a["start_median_us"] < 150
+    # the watcher never puts an end before CUPTI's (how close it comes: bench/bench_device_timing.py)
+    assert (diff["d_end"] >= 0).all()
     assert set(diff["kind"].astype(str)) >= {"graph_compute", "get_tensor_async"}
 
 
@@ -91,9 +95,10 @@ def test_nvml_samples_and_metadata_of_two_gpus():
     s = t.gpu_samples
     assert set(s["device"]) == {0, 1}
     assert {"sm_clock_mhz", "power_w", "temperature_c", "gpu_util_pct"} <= set(s["metric"].astype(str))
-    last = t.calls["t_end"].max()
-    # while the program ran: from about its start to its exit (after its last traced call)
-    assert s["t"].min() >= -50_000_000 and last < s["t"].max() <= last + 1_000_000_000
+    # while the program ran: none before the trace began (readings before it are not appended),
+    # from before the first traced call to after the last one
+    assert 0 <= s["t"].min() <= t.calls["t_begin"].min()
+    assert s["t"].max() > t.calls["t_end"].max()
     sm = s[(s["metric"] == "sm_clock_mhz")]["value"]
     assert sm.between(100, 3000).all()
 
@@ -125,7 +130,7 @@ def test_the_watcher_flags_the_ends_it_saw_late():
     on_time = diff[~diff["end_late"]]
     assert len(late) >= 10 and len(on_time) >= 5
     assert (late["d_end"] >= -5_000).all()  # never before CUPTI's end (give or take 5 us)
-    assert accuracy(late)["end_median_us"] > 10 * accuracy(on_time)["end_median_us"]
+    assert accuracy(late)["end_median_us"] > accuracy(on_time)["end_median_us"]  # by how much: bench/bench_device_timing.py
 
 
 def test_report_names_the_gpus_and_the_recording_flags(tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from ggml_trace.analysis import TraceFormatError
 from ggml_trace.analysis.trace_format import (
     CHUNK_SIZE, GPU_KERNEL, HEADER_SIZE, REC_CALL, REC_GPU, RECORD_DTYPES,
 )
-from support import DATA, ROOT, cli, ggml_trace, one_error_line, record_offsets
+from support import DATA, ROOT, cli, ggml_trace, no_hang, one_error_line, record_offsets
 
 pytestmark = pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
 
@@ -114,12 +113,11 @@ def test_gpu_device_number_is_checked(tmp_path, capsys):
     assert f"file offset {at - 4:#x}" in line and "--lenient" in line
     t = analysis.load(p, strict=False)
     assert t.gpu["device"].max() < 1024 and len(t.damage) == 1
-    t0 = time.monotonic()
-    for cmd, out in (("timeline", "t.html"), ("report", "r.html"), ("export", "p.json")):
-        rc, _, err = cli(capsys, cmd, "--lenient", p, "-o", tmp_path / out)
-        assert rc == 0, err
-        assert "warning:" in err and (tmp_path / out).stat().st_size > 0
-    assert time.monotonic() - t0 < 60
+    with no_hang(300, "timeline, report and export of the file"):  # what the bad ordinal once did
+        for cmd, out in (("timeline", "t.html"), ("report", "r.html"), ("export", "p.json")):
+            rc, _, err = cli(capsys, cmd, "--lenient", p, "-o", tmp_path / out)
+            assert rc == 0, err
+            assert "warning:" in err and (tmp_path / out).stat().st_size > 0
     assert "damaged file" in (tmp_path / "r.html").read_text()
     assert "damaged file" in (tmp_path / "t.html").read_text()
 

@@ -35,7 +35,7 @@ def scratch_finding(t):
 def test_a_correct_run_shows_the_race_latent_with_its_margin():
     r = scratch_finding(load("cupti-none"))
     assert (r["verdict"], r["basis"]) == ("latent", "device")
-    assert 0 < r["margin_ns"] < 1_000_000  # tens of microseconds between CUDA1's ADD and the next copy
+    assert r["margin_ns"] > 0  # CUDA1's ADD ended before the next copy into its scratch began
 
 
 def test_a_diverged_run_shows_it_manifested():
