@@ -24,7 +24,7 @@ LAYERS = {
               "summary", "device_timing", "window_races"],
     # what a person sees: the interval model and its views, exports, the progress line, and the
     # modules that name everything (the package, windows.py)
-    "show": ["intervals", "view_text", "timeline", "export", "export_windows", "report", "compare_page",
+    "show": ["intervals", "view_text", "timeline", "timeline_png", "export", "export_windows", "report", "compare_page",
              "progress", "windows", "__init__"],
 }
 ORDER = list(LAYERS)

@@ -1,0 +1,45 @@
+"""Comparing a program's outputs across runs, with the one tolerance llama.cpp needs.
+
+llama.cpp's programs print through a logger thread that they leave running at exit (upstream
+llama.cpp #22142): the last few bytes of stdout can be lost. A cut tail is not a divergence; the
+corruption the races here cause changes the text from the first generated tokens on. So two
+outputs are the same when, trailing whitespace aside, the shorter one is a non-empty prefix of the
+longer and at most TAIL_BYTES shorter.
+"""
+from __future__ import annotations
+
+TAIL_BYTES = 8  # the most a cut tail may lack (the bytes of a token or two, partial characters)
+NOTE = (f"stdout, byte for byte, except that a tail of up to {TAIL_BYTES} bytes missing from one of "
+        "them is not counted (llama.cpp's logger thread can drop the last bytes at exit, upstream #22142)")
+
+
+def same_output(a, b, tail: int = TAIL_BYTES) -> bool:
+    """Whether two outputs (bytes or str) are the same up to a cut tail (see the module)."""
+    if isinstance(a, str):
+        a = a.encode("utf-8", "surrogateescape")
+    if isinstance(b, str):
+        b = b.encode("utf-8", "surrogateescape")
+    a, b = sorted((a.rstrip(), b.rstrip()), key=len)
+    if a == b:
+        return True
+    return len(a) > 0 and b.startswith(a) and len(b) - len(a) <= tail
+
+
+def group_outputs(outputs: list) -> list[int]:
+    """A group number per output, 0, 1, ... in order of first appearance: outputs in one group are
+    the same (same_output) as the group's first member."""
+    firsts, groups = [], []
+    for out in outputs:
+        g = next((i for i, f in enumerate(firsts) if same_output(out, f)), None)
+        if g is None:
+            g = len(firsts)
+            firsts.append(out)
+        groups.append(g)
+    return groups
+
+
+def first_difference(a: bytes, b: bytes) -> int:
+    """The offset of the first byte where two outputs differ (the shorter one's length when one
+    is a prefix of the other)."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
