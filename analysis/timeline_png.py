@@ -104,7 +104,7 @@ def timeline_png(trace, path, race: dict | None = None, number: int = 1, window=
     n = max(len(rows), 1)
     height_in = 1.9 + ROW_IN * n
     labels = [short(model.rows["label"].iloc[r]) for r in rows]
-    left_px = min(0.32 * WIDTH_PX, 60 + 6.2 * max([len(x) for x in labels] + [10]))
+    left_px = 0.25 * WIDTH_PX  # a first guess, for the minimum bar width; the labels' width decides
     with rc_context({"text.parse_math": False, "text.usetex": False, "font.size": 9}):
         fig = Figure(figsize=(WIDTH_PX / DPI, height_in), dpi=DPI)
         FigureCanvasAgg(fig)
@@ -142,6 +142,10 @@ def timeline_png(trace, path, race: dict | None = None, number: int = 1, window=
             if r in race_rows:
                 tick.set_color(HIGHLIGHT_EDGE)
                 tick.set_fontweight("bold")
+        # room on the left for the widest label, measured
+        renderer = fig.canvas.get_renderer()
+        widest = max([t.get_window_extent(renderer).width for t in ax.get_yticklabels()] + [40.0])
+        fig.subplots_adjust(left=min(0.45, (widest + 18) / WIDTH_PX))
         for i, r in enumerate(rows):  # a light band per row, a line between backend groups
             if i % 2 == 0:
                 ax.axhspan(i - 0.5, i + 0.5, color="#f4f4f4", zorder=0, lw=0)

@@ -393,6 +393,13 @@ def diagnose(args, log=lambda line: None) -> Diagnosis:
         d.runs.append(run)
         log(f"run {i} of {args.runs}: {_run_words(run, d.reference)}")
 
+    return conclude(d, folder, args, log)
+
+
+def conclude(d: Diagnosis, folder: Path, args, log=lambda line: None) -> Diagnosis:
+    """What the runs of `d` (their outputs and traces in `folder`) show: outputs grouped, races merged,
+    forced and reduced (as many as args.max_races, args.force_runs and args.replay_runs allow), the
+    verdict; then the picture, the page, ISSUE.md and diagnosis.json written."""
     everyone = ([d.reference] if d.reference else []) + d.runs
     for run, g in zip(everyone, group_outputs([output_of(folder, r) for r in everyone])):
         run.output_group = g
@@ -400,7 +407,7 @@ def diagnose(args, log=lambda line: None) -> Diagnosis:
     d.differing_runs = [r.name for r in d.runs if r.differs_from_reference]
     if not any(r.trace and not r.analysis_error for r in d.runs):
         why = "; ".join(dict.fromkeys(r.analysis_error or "" for r in d.runs))
-        raise DiagnoseError(f"no run left a trace to analyse ({why}); see {runs_dir}/run-1.stderr")
+        raise DiagnoseError(f"no run left a trace to analyse ({why}); see {folder / 'runs'}/run-1.stderr")
 
     from ..analysis.race_match import merge_runs
 
@@ -414,6 +421,7 @@ def diagnose(args, log=lambda line: None) -> Diagnosis:
             _force(m, d, folder, args, log)
         if args.replay_runs > 0:
             _reduce(m, folder, not any(x.reduction for x in d.races[:k]), args, log)
+    for m in d.races:
         m.explains = _explains(m, d)
     d.explained_by = next((m.number for m in d.races if m.explains), None)
     d.trace_for_views = _trace_for_views(d)

@@ -43,13 +43,16 @@ def code(text, limit: int = NAME_CHARS, table: bool = False) -> str:
     return f"{ticks}{pad}{s}{pad}{ticks}"
 
 
-_ACTIVE = re.compile(r"([\\`*_{}\[\]<>()#+!|~&@:])")
+# what Markdown or HTML could read in prose: emphasis, code, links, tags, entities, tables, strike-
+# through, mentions; an underscore only where it can open or close emphasis (not inside a word);
+# issue references (#12) and autolinks (http://, www.)
+_ACTIVE = re.compile(r"[\\`*\[\]<>&|~@]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|#(?=\d)|:(?=//)|(?<=www)\.")
 
 
 def text(s, limit: int = 400) -> str:
     """Prose from a trace (a sentence naming tensors): one line, Markdown and HTML characters
     escaped, mentions and links defused."""
-    return _ACTIVE.sub(r"\\\1", one_line(s, limit))
+    return _ACTIVE.sub(lambda m: "\\" + m.group(0), one_line(s, limit))
 
 
 def block(body: str, lang: str = "") -> str:
@@ -97,6 +100,10 @@ def command_line(argv: list, cwd: str) -> str:
 
 
 # -- the issue -------------------------------------------------------------------------------------
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
 
 def _build_name(d) -> str:
     b = (d.environment or {}).get("build") or {}
@@ -209,7 +216,7 @@ def _outputs(d, folder: Path, previews: bool = True) -> list[str]:
 
 def _race_section(d, m, folder: Path) -> list[str]:
     r = m.race
-    out = ["### The race", "The missing ordering:", block(one_line(r["missing"], 600), "text")]
+    out = ["### The race"]
     head = "| | backend | operation | graph | split | tensor | access | time (µs since start) |"
     rows = [head, "|---|---|---|---|---|---|---|---|"]
     for side in "ab":
@@ -322,7 +329,7 @@ def _environment(d) -> list[str]:
             ("system", f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs"),
             ("ggml-trace", __version__)]
     table = ["| | |", "|---|---|"] + [f"| {k} | {code(v, 300, True)} |" for k, v in rows]
-    return ["<details><summary>Environment</summary>", "", "\n".join(table), "", "</details>"]
+    return ["<details><summary>Environment</summary>\n\n" + "\n".join(table) + "\n\n</details>"]
 
 
 def _run(d) -> list[str]:
@@ -331,7 +338,7 @@ def _run(d) -> list[str]:
         ref = (f" The reference: the same program untraced, on one device: {code(command_line(d.reference_argv, d.cwd), 400)}"
                f" ({d.reference.exit}).")
     return ["### What was run", block(command_line(d.argv, d.cwd), "sh"),
-            f"{len(d.runs)} runs traced with `ggml-trace diagnose` on {text(_devices(d))}.{ref}"]
+            f"{_n(len(d.runs), 'run')} traced with `ggml-trace diagnose` on {text(_devices(d))}.{ref}"]
 
 
 def write_issue(d, folder: Path, compact: bool = False) -> str:
@@ -340,7 +347,7 @@ def write_issue(d, folder: Path, compact: bool = False) -> str:
     m = _main_race(d)
     parts = [f"# {text(title(d), 300)}", f"**Finding:** {finding(d)}"]
     if m is not None:
-        parts.append("**Missing ordering:** " + text(m.race["missing"], 600))
+        parts += ["**Missing ordering:**", block(one_line(m.race["missing"], 600), "text")]
     parts += _run(d)
     parts += ["### Outputs"] + _outputs(d, folder, previews=not compact)
     parts += _crash_section(d, folder)
