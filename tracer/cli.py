@@ -356,20 +356,15 @@ def cmd_replay(args) -> int:
 
 
 def cmd_diagnose(args) -> int:
-    from .delay_spec import DelaySpecError as DelayError
-    from .diagnose import DiagnoseError, diagnose
+    from .diagnose import DiagnoseError, diagnose, format_diagnosis
 
     log = lambda line: say(f"ggml-trace diagnose: {printable(line)}")
     try:
         d = diagnose(args, log)
-    except (DiagnoseError, hooks_mod.HooksNotFound, DelayError) as e:
+    except (DiagnoseError, hooks_mod.HooksNotFound, DelaySpecError) as e:
         say(f"ggml-trace diagnose: {printable(e)}")
         return EXIT_BAD_INPUT
-    print(d.headline)
-    if d.status == 0:
-        print("not covered: " + "; ".join(d.not_covered))
-    print(f"written to {shown(args.output)}/: ISSUE.md, timeline.png, report.html, diagnosis.json, runs/"
-          + (", repro/" if any(m.reduction for m in d.races) else ""))
+    print("\n".join(printable(line) for line in format_diagnosis(d).split("\n")))  # names from the trace
     return d.status
 
 

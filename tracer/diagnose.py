@@ -545,3 +545,34 @@ def _graph_window(t, last: bool):
     lo, hi = float(row["t_begin"]) / 1e3, float(row["t_end"]) / 1e3
     room = max((hi - lo) * 0.05, 20.0)
     return max(lo - room, 0.0), hi + room
+
+
+def format_diagnosis(d: Diagnosis) -> str:
+    """What `ggml-trace diagnose` prints: the verdict, each race forced or reduced, what was compared,
+    what was written."""
+    lines = [d.headline]
+    if d.reference is not None:
+        lines.append(f"reference: {d.reference.exit}, {d.reference.output_bytes} bytes of output; outputs compared: "
+                     f"{d.compared}")
+    for m in d.races:
+        lines.append(f"race {m.number}: {m.race['class']} in {len(m.runs)} of {len(d.runs)} runs (manifested in "
+                     f"{len(m.manifested_runs)}): {m.race['missing']}")
+        f, x = m.force, m.reduction
+        if f:
+            lines.append(f"  forced: {f['verdict']}: {f['message']}")
+        elif m.force_error:
+            lines.append(f"  not forced: {m.force_error}")
+        if x:
+            e = x["expected"]
+            lines.append(f"  reduced ({x['shape']['name']}) to {x['splits']} splits, {x['nodes']} nodes; replayed on "
+                         f"{x['build']}: {e.get('verdict')}, {e.get('red_runs')} of {e.get('runs')} runs wrong "
+                         f"({x['directory']}/)")
+        elif m.reduce_why:
+            lines.append(f"  not reduced: {m.reduce_why}")
+        if m.explains:
+            lines.append(f"  explains the wrong output: {'; '.join(m.explains)}")
+    if d.status == 0:
+        lines.append("not covered: " + "; ".join(d.not_covered))
+    lines.append(f"written to {d.directory}/: ISSUE.md, timeline.png, report.html, diagnosis.json, runs/"
+                 + "".join(f", {m.reduction['directory']}/" for m in d.races if m.reduction))
+    return "\n".join(lines)

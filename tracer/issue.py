@@ -329,7 +329,7 @@ def _environment(d) -> list[str]:
             ("system", f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} CPUs"),
             ("ggml-trace", __version__)]
     table = ["| | |", "|---|---|"] + [f"| {k} | {code(v, 300, True)} |" for k, v in rows]
-    return ["<details><summary>Environment</summary>\n\n" + "\n".join(table) + "\n\n</details>"]
+    return ["### Environment", "\n".join(table)]
 
 
 def _run(d) -> list[str]:
