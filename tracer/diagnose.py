@@ -406,8 +406,10 @@ def conclude(d: Diagnosis, folder: Path, args, log=lambda line: None) -> Diagnos
     d.outputs = len({r.output_group for r in d.runs})
     d.differing_runs = [r.name for r in d.runs if r.differs_from_reference]
     if not any(r.trace and not r.analysis_error for r in d.runs):
+        how = ", ".join(dict.fromkeys(r.exit for r in d.runs))
         why = "; ".join(dict.fromkeys(r.analysis_error or "" for r in d.runs))
-        raise DiagnoseError(f"no run left a trace to analyse ({why}); see {folder / 'runs'}/run-1.stderr")
+        raise DiagnoseError(f"no run left a trace to analyse (the program: {how}; {why}); see "
+                            f"{folder / 'runs'}/run-1.stderr")
 
     from ..analysis.race_match import merge_runs
 

@@ -166,8 +166,8 @@ def finding(d) -> str:
     if hung:
         seen.append(f"the program hung in {len(hung)} of {n} runs")
     if m is None:
-        races = "no trace shows a race (unordered conflicting accesses)"
-        return f"{'; '.join(seen + [races]).capitalize()}."
+        said = "; ".join(seen + ["no trace shows a race (unordered conflicting accesses)"])
+        return f"{said[0].upper()}{said[1:]}."
     a, b = m.race["a"], m.race["b"]
     act_a = "writes" if a["mode"] == "write" else "reads"
     act_b = "writes" if b["mode"] == "write" else "reads"

@@ -41,5 +41,8 @@ def group_outputs(outputs: list) -> list[int]:
 def first_difference(a: bytes, b: bytes) -> int:
     """The offset of the first byte where two outputs differ (the shorter one's length when one
     is a prefix of the other)."""
+    import numpy as np
+
     n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
+    diff = np.flatnonzero(np.frombuffer(a[:n], np.uint8) != np.frombuffer(b[:n], np.uint8))
+    return int(diff[0]) if len(diff) else n
