@@ -23,7 +23,7 @@ MAX_ROWS = 32
 LABEL_CHARS = 46  # a row label or name longer than this is cut (names come from model files)
 WIDTH_PX, DPI = 1400, 100
 ROW_IN = 0.34  # inches per row
-MIN_BAR_PX = 3  # a racing operation shorter than this is drawn this wide, so that it shows
+MIN_BAR_PX = 9  # a racing operation shorter than this is drawn this wide, so that it shows
 
 
 def short(text, n: int = LABEL_CHARS) -> str:
@@ -43,8 +43,9 @@ def race_window(race: dict, pad: float = 0.6, min_pad_us: float = 50.0) -> tuple
 
 def _racing(iv, race: dict | None) -> dict:
     """{"a": mask, "b": mask} of the intervals that are a race's two operations: the device-side
-    interval where the finding's times are the device's, else the host call."""
-    out = {}
+    interval where the finding's times are the device's, else the host call; "queued": the host
+    calls that enqueued a side drawn on its device."""
+    out = {"queued": np.zeros(len(iv), bool)}
     cid = iv["call_id"].to_numpy(np.uint64)
     dev = iv["device"].to_numpy(bool)
     for side in "ab":
@@ -56,6 +57,8 @@ def _racing(iv, race: dict | None) -> dict:
             if not mask.any():
                 mask = same & (iv["rtype"].to_numpy() != ROW_THREAD) if same.any() else mask
                 mask = mask if mask.any() else same
+            elif s.get("device"):
+                out["queued"] |= same & ~dev & (iv["rtype"].to_numpy() == ROW_THREAD)
         out[side] = mask
     return out
 
@@ -95,11 +98,13 @@ def timeline_png(trace, path, race: dict | None = None, number: int = 1, window=
     sides = _racing(iv, race)
     hit = sides["a"] | sides["b"]
     race_rows = set(iv.loc[hit, "row"].tolist())
-    rows = _rows_drawn(model, iv, race_rows)
+    queued_rows = set(iv.loc[sides["queued"], "row"].tolist())
+    rows = _rows_drawn(model, iv, race_rows | queued_rows)
     y_of = {r: i for i, r in enumerate(rows)}
     iv = iv[iv["row"].isin(rows)]
     hit = hit[iv.index.to_numpy()]
     a_mask, b_mask = sides["a"][iv.index.to_numpy()], sides["b"][iv.index.to_numpy()]
+    queued = sides["queued"][iv.index.to_numpy()]
 
     n = max(len(rows), 1)
     height_in = 1.9 + ROW_IN * n
@@ -132,8 +137,9 @@ def timeline_png(trace, path, race: dict | None = None, number: int = 1, window=
         # the racing operations last, on top, at least MIN_BAR_PX wide
         if hit.any():
             w = np.maximum(t1[hit] - t0[hit], min_ms)
-            _bars(ax, t0[hit], t0[hit] + w, y[hit], HIGHLIGHT, HIGHLIGHT_EDGE, 1.2, height=0.8)
-            _annotate(ax, race, t0, t1, y, a_mask, b_mask, min_ms)
+            _bars(ax, t0[hit], t0[hit] + w, y[hit], HIGHLIGHT, HIGHLIGHT_EDGE, 1.0, height=0.8)
+            _annotate(ax, race, t0, t1, y, a_mask, b_mask, min_ms, link=not queued.any())
+            _queued(ax, t0, t1, y, queued, a_mask | b_mask, iv["call_id"].to_numpy(np.uint64), min_ms)
 
         ax.set_ylim(n - 0.5, -0.5)
         ax.set_xlim((lo_ns - ref_ns) / per, (hi_ns - ref_ns) / per)
@@ -187,8 +193,9 @@ def _bars(ax, b, e, y, face, edge, lw, height=0.62):
                                      antialiased=False, zorder=3 if edge == "none" else 5))
 
 
-def _annotate(ax, race, t0, t1, y, a_mask, b_mask, min_ms):
-    """'a: reads T' and 'b: writes U' beside the two operations, and a dotted link between them."""
+def _annotate(ax, race, t0, t1, y, a_mask, b_mask, min_ms, link=True):
+    """'a: reads T' and 'b: writes U' beside the two operations, and a dotted link between them
+    (`link`; where a's enqueue is drawn, its arrow says it)."""
     ends = []
     for side, mask in (("a", a_mask), ("b", b_mask)):
         if not mask.any():
@@ -200,9 +207,28 @@ def _annotate(ax, race, t0, t1, y, a_mask, b_mask, min_ms):
         ax.annotate(words, (max(t1[i], t0[i] + min_ms), y[i]), xytext=(6, 0), textcoords="offset points",
                     va="center", ha="left", fontsize=8.5, color=HIGHLIGHT_EDGE, fontweight="bold", zorder=7,
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
-    if len(ends) == 2:
+    if len(ends) == 2 and link:
         (xa, ya), (xb, yb) = ends
         ax.plot([xa, xb], [ya, yb], ls=":", lw=1.6, color=HIGHLIGHT_EDGE, zorder=6)
+
+
+def _queued(ax, t0, t1, y, queued, sides, cid, min_ms):
+    """Where the host enqueued a racing operation that ran later on its device: an outline (not the
+    highlight's fill) and an arrow to the device interval."""
+    for i in np.flatnonzero(queued):
+        ran = np.flatnonzero(sides & (cid == cid[i]))
+        if len(ran):
+            _queued_one(ax, t0, t1, y, i, ran[0], min_ms)
+
+
+def _queued_one(ax, t0, t1, y, i, j, min_ms):
+    w = max(t1[i] - t0[i], min_ms)
+    _bars(ax, t0[i:i + 1], t0[i:i + 1] + w, y[i:i + 1], "none", HIGHLIGHT_EDGE, 1.4, height=0.8)
+    ax.annotate("", xy=(t0[j], y[j]), xytext=(t0[i] + w / 2, y[i]), zorder=6,
+                arrowprops=dict(arrowstyle="->", color=HIGHLIGHT_EDGE, lw=1.1, ls="--", shrinkA=4, shrinkB=4))
+    ax.annotate("queued", (t0[i], y[i]), xytext=(-4, 0), textcoords="offset points", va="center", ha="right",
+                fontsize=8, color=HIGHLIGHT_EDGE, zorder=7,
+                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.85))
 
 
 def _title(race: dict | None, number: int) -> str:

@@ -311,15 +311,14 @@ def _explains(m: Race, d: Diagnosis) -> list:
     """The evidence, in words, that race `m` explains the wrong output (none: it does not)."""
     out = []
     wrong = set(d.differing_runs)
-    f = m.force or {}
-    bad = [o for o in m.forced_outputs if o != "reference"]
-    seen = [o for o in bad if o.startswith("run-")]
-    if f.get("verdict") == "diverged":
-        out.append(f"delaying its earlier operation made the output wrong in {f['diverged_runs']} of {f['runs']} "
-                   "forced runs" + (f", the same wrong output as {', '.join(sorted(set(seen)))}" if seen else ""))
     if wrong and set(m.manifested_runs) == wrong:
         out.append(f"it manifested in exactly the {len(wrong)} run{'s' if len(wrong) != 1 else ''} whose output "
                    "differed from the reference")
+    f = m.force or {}
+    if f.get("verdict") == "diverged":
+        seen = sorted({o for o in m.forced_outputs if o.startswith("run-")})
+        out.append(f"delaying its earlier operation made {f['diverged_runs']} of {f['runs']} forced runs print a wrong "
+                   "output" + (f" ({' and '.join(s + chr(39) + 's' for s in seen)})" if seen else ""))
     return out
 
 

@@ -171,13 +171,14 @@ def finding(d) -> str:
     a, b = m.race["a"], m.race["b"]
     act_a = "writes" if a["mode"] == "write" else "reads"
     act_b = "writes" if b["mode"] == "write" else "reads"
-    sentence = (f"{text(_op(a))} {act_a} {code(a['tensor'] or 'host memory')} (graph {a['graph']}) and "
-                f"{text(_op(b))} {act_b} {code(b['tensor'] or 'host memory')} (graph {b['graph']}) over the same "
-                f"bytes with nothing ordering them; the race is in {len(m.runs)} of {n} traces and manifested in "
-                f"{len(m.manifested_runs)}")
+    graphs = f"graph {a['graph']}" if a["graph"] == b["graph"] else f"graphs {a['graph']} and {b['graph']}"
+    sentence = (f"{text(_op(a))} {act_a} {code(a['tensor'] or 'host memory')} while {text(_op(b))} {act_b} "
+                f"{code(b['tensor'] or 'host memory')} over the same bytes, with nothing ordering them")
     if m.explains:
-        sentence += f". It explains the wrong output: {'; '.join(m.explains)}"
-    return sentence + (f" ({'; '.join(seen)})." if seen else ".")
+        sentence += f"; this race explains the wrong output: {', and '.join(m.explains)}"
+    seen.append(f"the race is in {len(m.runs)} of {n} traces ({graphs} first), manifested in {len(m.manifested_runs)}")
+    said = "; ".join(seen)
+    return f"{sentence}.\n\n**Seen:** {said[0].upper()}{said[1:]}."
 
 
 def _outputs(d, folder: Path, previews: bool = True) -> list[str]:
@@ -250,13 +251,12 @@ def _evidence(d, m) -> list[str]:
         where = f" (delays injected on the {', '.join(f['delay_where'])})" if f.get("delay_where") else ""
         out.append(f"**Forced** (its earlier operation delayed {f['delay_us']:,.0f} µs, rule {code(f['rule'], 200)}"
                    f"{where}): manifested in {f['manifested_runs']} of {f['runs']} runs; verdict "
-                   f"**{f['verdict']}**; outputs of the forced runs: "
-                   + ", ".join(_forced_word(o) for o in m.forced_outputs) + ".")
+                   f"**{f['verdict']}**; the forced runs printed {_forced_words(m.forced_outputs)}.")
         if "host delay cannot reorder" in f.get("message", ""):
             out.append("The hooks could delay it only on the host, which holds the later operation back too: "
                        "forcing cannot reorder them on this backend (docs/force.md).")
     elif m.force_error:
-        out.append(f"Not forced: {text(m.force_error)}.")
+        out.append(f"Not forced: {text(scrub(m.force_error, d.cwd))}.")
     x = m.reduction
     if x:
         e = x.get("expected") or {}
@@ -267,12 +267,15 @@ def _evidence(d, m) -> list[str]:
                    f"**{e.get('verdict')}**, {e.get('red_runs')} of {e.get('runs')} runs wrong, the race manifested "
                    f"in {e.get('manifested_runs')}.")
     elif m.reduce_why:
-        out.append(f"Not reduced: {text(m.reduce_why)}.")
+        out.append(f"Not reduced: {text(scrub(m.reduce_why, d.cwd))}.")
     return out
 
 
-def _forced_word(o: str) -> str:
-    return {"reference": "the reference's", "new": "a new wrong one"}.get(o, f"as {o}")
+def _forced_words(outputs: list) -> str:
+    """'the reference's output (1 of 3), run-2's wrong output (2 of 3)'."""
+    words = {"reference": "the reference's output", "new": "a wrong output no traced run printed"}
+    counts = {o: outputs.count(o) for o in dict.fromkeys(outputs)}
+    return ", ".join(f"{words.get(o, o + chr(39) + 's wrong output')} ({k} of {len(outputs)})" for o, k in counts.items())
 
 
 def _crash_section(d, folder: Path) -> list[str]:
@@ -298,7 +301,8 @@ def _reproduce(d, m, folder: Path, source: bool = True) -> list[str]:
                  f"ggml-trace replay {x['directory']} --build {shlex.quote(x['build'])} --runs 20"]
     if m and m.force:
         cmds += ["", "# one run with the race forced (its earlier operation delayed)",
-                 f"ggml-trace force runs/{m.run}.ggmltrace --race {m.number_in_run} --runs 3"]
+                 f"ggml-trace force runs/{m.run}.ggmltrace --race {m.number_in_run} --runs 3"
+                 + (" --expect-output runs/reference.stdout" if d.reference is not None else "")]
     parts = ["<details><summary>Reproduce: commands and repro.cpp</summary>", "", block("\n".join(cmds), "sh")]
     if x and x.get("standalone") and (folder / x["standalone"]).exists():
         src = (folder / x["standalone"]).read_text(errors="replace") if source else "// see repro.cpp in the folder"
@@ -308,7 +312,7 @@ def _reproduce(d, m, folder: Path, source: bool = True) -> list[str]:
                         "-lggml-cpu -Wl,-rpath,BUILD/bin -o repro\n./repro 20", "sh"),
                   block(src, "cpp")]
     elif x and x.get("standalone_why"):
-        parts.append(f"No standalone program: {text(x['standalone_why'])}.")
+        parts.append(f"No standalone program: {text(scrub(x['standalone_why'], d.cwd))}.")
     parts += ["", "</details>"]
     return ["\n".join(parts)]
 
@@ -333,12 +337,23 @@ def _environment(d) -> list[str]:
 
 
 def _run(d) -> list[str]:
-    ref = ""
+    lines = [f"# traced, {_n(len(d.runs), 'run')}", command_line(d.argv, d.cwd)]
     if d.reference is not None:
-        ref = (f" The reference: the same program untraced, on one device: {code(command_line(d.reference_argv, d.cwd), 400)}"
-               f" ({d.reference.exit}).")
-    return ["### What was run", block(command_line(d.argv, d.cwd), "sh"),
-            f"{_n(len(d.runs), 'run')} traced with `ggml-trace diagnose` on {text(_devices(d))}.{ref}"]
+        alone = _cpu_alone(d.reference_argv)
+        lines += [f"# the reference: untraced, {'on the CPU alone' if alone else 'on one device'} ({d.reference.exit})",
+                  command_line(d.reference_argv, d.cwd)]
+    words = f"Traced with `ggml-trace diagnose` on {text(_devices(d))}."
+    vd = (d.environment or {}).get("virtual_devices") or {}
+    if vd.get("GGML_TRACE_VIRTUAL_DEVICES"):
+        words += (" `VDEV`*N* are ggml-trace's virtual async devices (docs/scenarios.md): stand-ins for GPUs whose "
+                  "queue runs each operation later, on the CPU, as an asynchronous GPU backend does (latency "
+                  f"{code(vd.get('GGML_TRACE_VDEV_LATENCY_US', '0'), 40)} µs per operation).")
+    return ["### What was run", block("\n".join(lines), "sh"), words]
+
+
+def _cpu_alone(argv: list) -> bool:
+    """Whether a command line selects no device (llama.cpp's `-dev none`)."""
+    return any(a in ("-dev", "--device") and b == "none" for a, b in zip(argv, argv[1:])) or "--device=none" in argv
 
 
 def write_issue(d, folder: Path, compact: bool = False) -> str:
