@@ -504,10 +504,11 @@ def write_views(d: Diagnosis, folder: Path) -> None:
         t = load(path, strict=False)
     m = next((x for x in d.races if x.number == d.explained_by), d.races[0] if d.races else None)
     name = Path(d.trace_for_views).name
-    window = None if m else _graph_window(t, last=any(r.failed for r in d.runs))
+    last = any(r.failed for r in d.runs)
+    window = None if m else _graph_window(t, last)
+    which = "the trace" if window is None else "its last graph before the end" if last else "one graph of it"
     timeline_png(t, folder / "timeline.png", m.race if m else None, m.number if m else 1, window=window,
-                 title=None if m else f"{name}: {'the last graph before the end' if window else 'the trace'}"
-                 + " (no race found)")
+                 title=None if m else f"{name}, {which} (no race found)")
     t.display_path = name  # the page names the trace, not where it lies here
     write_report(t, folder / "report.html")
     d.environment = environment(t)
