@@ -118,7 +118,7 @@ def timeline_png(trace, path, race: dict | None = None, number: int = 1, window=
                             bottom=bottom_in / height_in)
         ax = fig.add_subplot()
         # times from the race's earlier operation (else the window's start), in µs or ms
-        ref_ns = float((race or {}).get("a", {}).get("t_begin_us") or lo_ns / 1e3) * 1e3
+        ref_ns = float((race or {}).get("a", {}).get("t_begin_us") or 0) * 1e3
         unit, per = ("µs", 1e3) if hi_ns - lo_ns < 5e6 else ("ms", 1e6)
         span = max((hi_ns - lo_ns) / per, 1e-6)
         plot_px = WIDTH_PX * (0.985 - left_px / WIDTH_PX)

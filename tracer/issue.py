@@ -128,9 +128,13 @@ def title(d) -> str:
             else "Crash" if any(r.crashed for r in d.runs) else "Hang" if any(r.timed_out for r in d.runs)
             else "Race" if d.races else "No race")
     if m is None:
-        if what == "No race":
-            return f"No race in {len(d.runs)} runs on {_devices(d)} (llama.cpp {build})"
-        detail = d.headline.split(";")[0]
+        n = len(d.runs)
+        failed = [r for r in d.runs if r.failed]
+        detail = {"No race": f"no race in {_n(n, 'run')}",
+                  "Wrong output": f"{len(d.differing_runs)} of {n} runs differ from the reference, no race found",
+                  "Varying output": f"{d.outputs} distinct outputs in {n} runs, no race found",
+                  "Crash": f"{failed[0].exit if failed else ''} in {len(failed)} of {n} runs",
+                  "Hang": f"killed at the time limit in {len(failed)} of {n} runs"}[what]
         return f"{what} on {_devices(d)}: {detail} (llama.cpp {build})"
     a, b = m.race["a"], m.race["b"]
     ta, tb = one_line(a["tensor"] or "host memory", 60), one_line(b["tensor"] or "host memory", 60)
@@ -155,7 +159,7 @@ def finding(d) -> str:
     if d.differing_runs:
         seen.append(f"the output differed from the reference in {len(d.differing_runs)} of {n} runs")
     elif d.reference is not None and not d.races:
-        seen.append(f"all {n} runs printed the reference's output")
+        seen.append(f"{'the run' if n == 1 else f'all {n} runs'} printed the reference's output")
     if d.outputs > 1:
         seen.append(f"{d.outputs} distinct outputs in {n} runs")
     crashed = [r for r in d.runs if r.crashed]
@@ -285,10 +289,11 @@ def _crash_section(d, folder: Path) -> list[str]:
     r = failed[0]
     tail = (folder / r.stderr).read_bytes().decode("utf-8", "replace").splitlines()[-STDERR_LINES:]
     body = scrub("\n".join(one_line(x, 300) for x in tail), d.cwd)
-    return ["### How it ended",
-            f"{len(failed)} of {len(d.runs)} runs did not end well ({text(', '.join(dict.fromkeys(x.exit for x in failed)))}); "
-            f"their traces keep every event recorded before the end. The last lines {r.name} wrote to stderr:",
-            block(body, "text")]
+    said = (f"{len(failed)} of {len(d.runs)} runs did not end well ({text(', '.join(dict.fromkeys(x.exit for x in failed)))}); "
+            "their traces keep every event recorded before the end.")
+    if not body.strip():
+        return ["### How it ended", f"{said} {r.name} wrote nothing to stderr."]
+    return ["### How it ended", f"{said} The last lines {r.name} wrote to stderr:", block(body, "text")]
 
 
 def _reproduce(d, m, folder: Path, source: bool = True) -> list[str]:
