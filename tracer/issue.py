@@ -99,6 +99,10 @@ def command_line(argv: list, cwd: str) -> str:
     return " ".join(shlex.quote(printable(portable(a, cwd))) for a in argv)
 
 
+PICTURE = ("<!-- drag timeline.png from the diagnosis folder here: GitHub puts the picture in its place -->\n"
+           "![the two racing operations (red) and their neighbours on each queue and thread](timeline.png)")
+
+
 # -- the issue -------------------------------------------------------------------------------------
 
 def _n(count: int, word: str) -> str:
@@ -236,8 +240,6 @@ def _race_section(d, m, folder: Path) -> list[str]:
                f"buffer; {r['count']} occurrence{'s' if r['count'] != 1 else ''} in {m.run}, verdict "
                f"**{r['verdict']}**. Found in {len(m.runs)} of {len(d.runs)} runs, manifested in "
                f"{len(m.manifested_runs)} ({', '.join(m.manifested_runs) or 'none'}).")
-    out.append("<!-- drag timeline.png from the diagnosis folder here: GitHub puts the picture in its place -->\n"
-               "![the two racing operations (red) and their neighbours on each queue and thread](timeline.png)")
     out += _evidence(d, m)
     others = [x for x in d.races if x is not m]
     if others:
@@ -308,18 +310,19 @@ def _reproduce(d, m, folder: Path, source: bool = True) -> list[str]:
         cmds += ["", "# one run with the race forced (its earlier operation delayed)",
                  f"ggml-trace force runs/{m.run}.ggmltrace --race {m.number_in_run} --runs 3"
                  + (" --expect-output runs/reference.stdout" if d.reference is not None else "")]
-    parts = ["<details><summary>Reproduce: commands and repro.cpp</summary>", "", block("\n".join(cmds), "sh")]
+    parts = ["<details><summary>Reproduce: commands and repro.cpp</summary>", block("\n".join(cmds), "sh")]
     if x and x.get("standalone") and (folder / x["standalone"]).exists():
         src = (folder / x["standalone"]).read_text(errors="replace") if source else "// see repro.cpp in the folder"
         parts += [f"`{x['standalone']}`: the same graph on ggml's public API alone, for your own tree and a real "
-                  "device; it compares each run with the CPU's (exit 1 RED, 0 GREEN, 2 no device):",
+                  "device; it compares each run with the CPU's (exit 1 RED, 0 GREEN, 2 no device). In "
+                  f"`{x['directory']}/`:",
                   block("c++ -std=c++17 -O2 repro.cpp -I LLAMA/ggml/include -L BUILD/bin -lggml -lggml-base "
                         "-lggml-cpu -Wl,-rpath,BUILD/bin -o repro\n./repro 20", "sh"),
                   block(src, "cpp")]
     elif x and x.get("standalone_why"):
         parts.append(f"No standalone program: {text(scrub(x['standalone_why'], d.cwd))}.")
-    parts += ["", "</details>"]
-    return ["\n".join(parts)]
+    parts += ["</details>"]
+    return ["\n\n".join(parts)]
 
 
 def _environment(d) -> list[str]:
@@ -367,7 +370,7 @@ def write_issue(d, folder: Path, compact: bool = False) -> str:
     m = _main_race(d)
     parts = [f"# {text(title(d), 300)}", f"**Finding:** {finding(d)}"]
     if m is not None:
-        parts += ["**Missing ordering:**", block(one_line(m.race["missing"], 600), "text")]
+        parts += ["**Missing ordering:**", block(one_line(m.race["missing"], 600), "text"), PICTURE]
     parts += _run(d)
     parts += ["### Outputs"] + _outputs(d, folder, previews=not compact)
     parts += _crash_section(d, folder)
