@@ -95,8 +95,12 @@ def scrub(s: str, cwd: str) -> str:
     return _ABS.sub(lambda m: "…/" + m.group(1), s)
 
 
+ARG_CHARS = 500  # an argument longer than this is cut (a prompt, a hostile one)
+
+
 def command_line(argv: list, cwd: str) -> str:
-    return " ".join(shlex.quote(printable(portable(a, cwd))) for a in argv)
+    """A command as one shell line: paths portable, every argument printable and cut at ARG_CHARS."""
+    return " ".join(shlex.quote(one_line(portable(a, cwd), ARG_CHARS)) for a in argv)
 
 
 PICTURE = ("<!-- drag timeline.png from the diagnosis folder here: GitHub puts the picture in its place -->\n"
@@ -134,11 +138,14 @@ def title(d) -> str:
     if m is None:
         n = len(d.runs)
         failed = [r for r in d.runs if r.failed]
-        detail = {"No race": f"no race in {_n(n, 'run')}",
+        detail = {"No race": "",
                   "Wrong output": f"{len(d.differing_runs)} of {n} runs differ from the reference, no race found",
                   "Varying output": f"{d.outputs} distinct outputs in {n} runs, no race found",
                   "Crash": f"{failed[0].exit if failed else ''} in {len(failed)} of {n} runs",
                   "Hang": f"killed at the time limit in {len(failed)} of {n} runs"}[what]
+        if what == "No race":
+            same = ", outputs identical to the reference" if d.reference is not None else ""
+            return f"No race in {_n(n, 'run')} on {_devices(d)}{same} (llama.cpp {build})"
         return f"{what} on {_devices(d)}: {detail} (llama.cpp {build})"
     a, b = m.race["a"], m.race["b"]
     ta, tb = one_line(a["tensor"] or "host memory", 60), one_line(b["tensor"] or "host memory", 60)
