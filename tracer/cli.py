@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import diagnose as diag
 from . import hooks as hooks_mod
 from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
 from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, read_in_windows, run_guarded,
@@ -356,15 +357,13 @@ def cmd_replay(args) -> int:
 
 
 def cmd_diagnose(args) -> int:
-    from .diagnose import DiagnoseError, diagnose, format_diagnosis
-
     log = lambda line: say(f"ggml-trace diagnose: {printable(line)}")
     try:
-        d = diagnose(args, log)
-    except (DiagnoseError, hooks_mod.HooksNotFound, DelaySpecError) as e:
+        d = diag.diagnose(args, log)
+    except (diag.DiagnoseError, hooks_mod.HooksNotFound, DelaySpecError) as e:
         say(f"ggml-trace diagnose: {printable(e)}")
         return EXIT_BAD_INPUT
-    print("\n".join(printable(line) for line in format_diagnosis(d).split("\n")))  # names from the trace
+    print("\n".join(printable(line) for line in diag.format_diagnosis(d).split("\n")))  # names from the trace
     return d.status
 
 
@@ -530,7 +529,7 @@ def main(argv=None) -> int:
                        "find, force and reduce its races, and write a bug report (exit 1: a race, a wrong output, a "
                        "crash or a hang; 0: none; docs/diagnose.md)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="where the report and the runs go")
-    p.add_argument("--runs", type=int, default=5, help="traced runs (default: %(default)s)")
+    p.add_argument("--runs", type=int, default=diag.DEFAULT_RUNS, help="traced runs (default: %(default)s)")
     ref = p.add_mutually_exclusive_group()
     ref.add_argument("--reference-dev", metavar="DEV",
                      help="the reference runs the program with -dev DEV (default: none, llama.cpp's CPU alone)")
@@ -540,13 +539,13 @@ def main(argv=None) -> int:
     ref.add_argument("--no-reference", action="store_true",
                      help="no reference run: compare the traced runs among themselves (a program that is not llama.cpp's)")
     add_program_options(p)
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+    p.add_argument("--timeout", type=float, default=diag.DEFAULT_TIMEOUT_S, metavar="S",
                    help="a run still going after S seconds is taken as hung and ended (default: %(default)g)")
-    p.add_argument("--max-races", type=int, default=3, metavar="N",
+    p.add_argument("--max-races", type=int, default=diag.MAX_RACES, metavar="N",
                    help="races forced and reduced, the most frequent first (default: %(default)s)")
-    p.add_argument("--force-runs", type=int, default=3, metavar="N",
+    p.add_argument("--force-runs", type=int, default=diag.FORCE_RUNS, metavar="N",
                    help="forced runs per race (default: %(default)s; 0: do not force)")
-    p.add_argument("--replay-runs", type=int, default=3, metavar="N",
+    p.add_argument("--replay-runs", type=int, default=diag.REPLAY_RUNS, metavar="N",
                    help="replays of each reduction on the run's build (default: %(default)s; 0: do not reduce)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     p.set_defaults(fn=cmd_diagnose)

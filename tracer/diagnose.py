@@ -88,7 +88,7 @@ class Race:
     verdicts: dict
     force: dict | None = None  # the force result's JSON form, less its per-run details
     force_error: str | None = None
-    forced_outputs: list = field(default_factory=list)  # per forced run: "reference", "seen in run-N", "new"
+    forced_outputs: list = field(default_factory=list)  # per forced run: "reference", a run's name ("run-2": its wrong output), "new"
     reduction: dict | None = None  # the reduction's JSON form
     reduce_why: str | None = None  # why there is none
     explains: list = field(default_factory=list)  # the evidence that it explains the wrong output, in words
