@@ -163,7 +163,8 @@ def _main_race(d):
 
 
 def finding(d) -> str:
-    """The finding in one sentence."""
+    """The finding in one sentence (which operations race, and why that explains the output), then
+    what the runs showed (**Seen:**)."""
     n = len(d.runs)
     m = _main_race(d)
     seen = []
