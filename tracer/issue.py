@@ -306,6 +306,19 @@ def _crash_section(d, folder: Path) -> list[str]:
     return ["### How it ended", f"{said} The last lines {r.name} wrote to stderr:", block(body, "text")]
 
 
+def _traces(d) -> list[str]:
+    """Each traced run in a row: how it ended, its graphs, races and host stalls (folded away)."""
+    ms = lambda ns: f"{(ns or 0) / 1e6:,.1f}"
+    rows = ["| run | ended | s | graphs | races (manifested) | host blocked ms (avoidable) |", "|---|---|---|---|---|---|"]
+    for r in d.runs[:MAX_OUTPUTS * 5]:
+        found = f"{len(r.races)} ({sum(bool(x['manifested']) for x in r.races)})" if not r.analysis_error else "—"
+        st = r.stalls or {}
+        rows.append(f"| {r.name} | {text(r.exit)} | {r.seconds:.1f} | {r.graphs} | {found} | "
+                    f"{ms(st.get('blocked_ns'))} ({ms(st.get('avoidable_blocked_ns'))}) |")
+    return ["<details><summary>The traced runs</summary>\n\n" + "\n".join(rows)
+            + "\n\nEach trace: `runs/run-N.ggmltrace` (`ggml-trace races`, `stalls`, `summary`, `timeline`).\n\n</details>"]
+
+
 def _reproduce(d, m, folder: Path, source: bool = True) -> list[str]:
     cmds = ["# this diagnosis again (hooks for another llama.cpp build: ggml-trace build-hooks; docs/building.md)",
             "ggml-trace " + command_line(d.invocation, d.cwd)]
@@ -386,6 +399,7 @@ def write_issue(d, folder: Path, compact: bool = False) -> str:
         parts += _race_section(d, m, folder)
     elif d.status == 0:
         parts.append("### Not covered\n\n" + "\n".join(f"- {w}" for w in d.not_covered))
+    parts += _traces(d)
     parts += _reproduce(d, m, folder, source=not compact)
     parts += _environment(d)
     parts.append(f"<sub>Written by ggml-trace diagnose. Attached in the diagnosis folder: timeline.png, report.html "

@@ -239,6 +239,7 @@ def test_hostile_arguments_stay_inert(tmp_path):
     md = check_issue(out / "ISSUE.md")
     assert "y" * 5000 not in md  # a very long argument is cut
     check_png_renders(out / "timeline.png")
+    assert HOSTILE_ARGS[0] not in (out / "report.html").read_text()  # the page escapes the command line
 
 
 def check_png_renders(path):
