@@ -232,6 +232,8 @@ def _outputs(d, folder: Path, previews: bool = True) -> list[str]:
 
 
 def _race_section(d, m, folder: Path) -> list[str]:
+    from ..analysis.race_report import verdict_words
+
     r = m.race
     out = ["### The race"]
     head = "| | backend | operation | graph | split | tensor | access | time (µs since start) |"
@@ -245,8 +247,8 @@ def _race_section(d, m, folder: Path) -> list[str]:
     out.append("\n".join(rows))
     rng = r.get("range") or [0, 0]
     out.append(f"Class {code(r['class'])}: bytes [{rng[0]}, {rng[1]}) of a {code(r['buffer_type'] or 'buffer')} "
-               f"buffer; {r['count']} occurrence{'s' if r['count'] != 1 else ''} in {m.run}, verdict "
-               f"**{r['verdict']}**. Found in {len(m.runs)} of {len(d.runs)} runs, manifested in "
+               f"buffer; {r['count']} occurrence{'s' if r['count'] != 1 else ''} in {m.run}: "
+               f"**{text(verdict_words(r))}**. Found in {len(m.runs)} of {len(d.runs)} runs, manifested in "
                f"{len(m.manifested_runs)} ({', '.join(m.manifested_runs) or 'none'}).")
     out += _evidence(d, m)
     others = [x for x in d.races if x is not m]
