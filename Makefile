@@ -172,6 +172,7 @@ bench: setup
 	$(VPY) bench/bench_stalls.py
 	$(VPY) bench/bench_lazy.py
 	$(VPY) bench/bench_host_writes.py --rounds 5 --words 700
+	$(VPY) bench/bench_diagnose.py
 
 clean:
 	rm -rf $(BUILD_DIR) $(VENV)

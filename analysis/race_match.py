@@ -90,3 +90,24 @@ def _eq(series: pd.Series, value) -> np.ndarray:
     if value is None:
         return series.isna().to_numpy(bool)
     return (series.astype(object) == value).fillna(False).to_numpy(bool)
+
+
+def merge_runs(per_run: dict) -> list[dict]:
+    """The races of several runs of one program, each race once. `per_run`: {run name: its
+    findings in their JSON form (RaceReport.to_json()["races"])}. Each merged race: `race`, the
+    finding as the first run where it manifested showed it (else the first where it was found),
+    `run` (that run's name) and `number` (its number there, as `ggml-trace races` counts), `runs`
+    and `manifested_runs` (names, in the order given), `verdicts` ({verdict: runs}). The races
+    found in most runs come first, then those that manifested in most."""
+    merged: dict[tuple, dict] = {}
+    for name, found in per_run.items():
+        for number, race in enumerate(found, 1):
+            m = merged.setdefault(identity(race), {"race": race, "run": name, "number": number, "runs": [],
+                                                   "manifested_runs": [], "verdicts": {}})
+            m["runs"].append(name)
+            if race["manifested"]:
+                if not m["manifested_runs"]:  # the evidence of a manifested occurrence, where there is one
+                    m.update(race=race, run=name, number=number)
+                m["manifested_runs"].append(name)
+            m["verdicts"][race["verdict"]] = m["verdicts"].get(race["verdict"], 0) + 1
+    return sorted(merged.values(), key=lambda m: (-len(m["runs"]), -len(m["manifested_runs"])))

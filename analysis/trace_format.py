@@ -3,7 +3,7 @@ the readers and writers share, and nothing else (no reading; analysis/trace_file
 
 The numpy dtypes below mirror native_hooks/trace_format.h byte for byte (little-endian, fields at
 the offsets the C compiler gives them, 64-byte records). Change both together:
-tests/test_format_contract.py holds this module to the header, docs/trace-format.md describes it.
+tests/unit/test_format_contract.py holds this module to the header, docs/trace-format.md describes it.
 
 A leaf: it imports no other analysis module, so that every layer above can import it.
 """

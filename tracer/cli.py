@@ -1,10 +1,10 @@
 """The `ggml-trace` command."""
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from . import diagnose as diag
 from . import hooks as hooks_mod
 from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
 from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, read_in_windows, run_guarded,
@@ -12,6 +12,7 @@ from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from . import snapshots
 from .record import record, ring_env
+from .record_args import _latencies, add_program_options, hooks_library, patched_ggml, program_env
 from ..analysis.allreduce import describe as describe_allreduce
 from ..analysis.build_info import describe as describe_build
 
@@ -21,41 +22,17 @@ def cmd_record(args) -> int:
         print("ggml-trace record: give the program to run after --", file=sys.stderr)
         return 2
     try:
-        program = hooks_mod.ggml_program(args.cmd)  # the program itself, or the one a wrapper runs
-        lib = Path(args.hooks) if args.hooks else hooks_mod.hooks_for(program, args.build)
+        lib = hooks_library(args)
+        ggml_dir = patched_ggml(args)
     except hooks_mod.HooksNotFound as e:
         print(f"ggml-trace record: {e}", file=sys.stderr)
         return 2
-    if not lib.exists():
-        print(f"ggml-trace record: no hook library at {lib}", file=sys.stderr)
-        return 2
-    env = None
-    ggml_dir = hooks_mod.ggml_dir_to_load(program, args.build) if args.build else None
     if ggml_dir:  # a patched build of the program's ggml: run the program on it
-        env = hooks_mod.libraries_first(ggml_dir)
         say(f"ggml-trace: {args.cmd[0]} runs on the ggml of build {args.build} ({ggml_dir})")
-    if args.virtual_devices:
-        env = dict(env or os.environ, GGML_TRACE_VIRTUAL_DEVICES=str(args.virtual_devices),
-                   GGML_TRACE_VDEV_LATENCY_US=args.vdev_latency_us,
-                   GGML_TRACE_VDEV_JITTER_US=str(args.vdev_jitter_us),
-                   GGML_TRACE_VDEV_BANDWIDTH_GBPS=str(args.vdev_bandwidth_gbps),
-                   GGML_TRACE_VDEV_SEED=str(args.vdev_seed))
-        if args.vdev_allreduce:
-            env["GGML_TRACE_VDEV_ALLREDUCE"] = "1"
-        if args.vdev_integrated:
-            env["GGML_TRACE_VDEV_INTEGRATED"] = "1"
-    if args.host_writes != "infer":
-        env = dict(env or os.environ, GGML_TRACE_HOST_WRITES=args.host_writes)
-    # device-side timing: the event watcher and/or CUPTI (read by the hooks at start-up)
-    timing = {k: "1" for k, on in (("GGML_TRACE_DEVICE_TIMING", args.device_timing),
-                                   ("GGML_TRACE_CUPTI", args.cupti)) if on}
-    if args.cupti == "kernels":
-        timing["GGML_TRACE_CUPTI"] = "kernels"
-    if timing:
-        env = dict(env or os.environ, **timing)
+    env = program_env(args)
     if args.ring:
         try:
-            env = dict(env or os.environ, **ring_env(args.ring, args.ring_max))
+            env.update(ring_env(args.ring, args.ring_max))
         except ValueError as e:
             print(f"ggml-trace record: {e}", file=sys.stderr)
             return 2
@@ -75,7 +52,7 @@ def cmd_record(args) -> int:
     except hooks_mod.HooksNotFound as e:
         print(f"ggml-trace record: {e}", file=sys.stderr)
         return 2
-    rules = ";".join(args.delay or []) or (env or os.environ).get(DELAY_ENV, "")
+    rules = ";".join(args.delay or []) or env.get(DELAY_ENV, "")
     if rules:
         print(f"ggml-trace: delay rules in effect: {rules} (injected delays: trace.delays)", file=sys.stderr)
     if not rec.traces:
@@ -169,16 +146,6 @@ def _windowed_summary(args):
         say(f"ggml-trace summary: {shown(args.file)} is large: counting it in graph windows")
     s, info = windows.summarize_in_windows(args.file, strict=not args.lenient, progress=windows.print_progress)
     return s, info["warnings"], dict(damaged=bool(info["damage"]), windows=info["windows"])
-
-
-def _latencies(text: str) -> str:
-    """argparse type of the latency options: '3000' or '0,3000' (one value per device)."""
-    from .scenario import parse_latencies
-
-    try:
-        return ",".join(f"{v:g}" for v in parse_latencies(text))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _us(v) -> str:
@@ -393,6 +360,19 @@ def cmd_replay(args) -> int:
     return 1 if r.verdict == "RED" else 0
 
 
+def cmd_diagnose(args) -> int:
+    def log(line):
+        say(f"ggml-trace diagnose: {printable(line)}")
+
+    try:
+        d = diag.diagnose(args, log)
+    except (diag.DiagnoseError, hooks_mod.HooksNotFound, DelaySpecError) as e:
+        say(f"ggml-trace diagnose: {printable(e)}")
+        return EXIT_BAD_INPUT
+    print("\n".join(printable(line) for line in diag.format_diagnosis(d).split("\n")))  # names from the trace
+    return d.status
+
+
 def cmd_builds(args) -> int:
     for name, d in hooks_mod.pinned_builds().items():
         print(f"{name}\t{d / hooks_mod.HOOKS_NAME}")
@@ -431,39 +411,8 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("record", help="run a program under the hooks and write a trace")
     p.add_argument("-o", "--output", default="ggml-trace.ggmltrace", help="trace file (default: %(default)s)")
-    p.add_argument("--hooks", help="hook library to inject (default: the one built for the program's ggml)")
-    p.add_argument("--build", help="use the hooks of a pinned build, e.g. b10531")
+    add_program_options(p)
     p.add_argument("--paused", action="store_true", help="start paused; the program calls tracer.start()")
-    p.add_argument("--virtual-devices", type=int, default=0, metavar="N",
-                   help="give the program N virtual async devices VDEV0..N-1 (docs/scenarios.md)")
-    p.add_argument("--vdev-latency-us", type=_latencies, default="0", metavar="US[,US...]",
-                   help="virtual device latency per operation; A,B,... gives one value per device")
-    p.add_argument("--vdev-jitter-us", type=float, default=0.0, help="seeded random extra latency, up to this")
-    p.add_argument("--vdev-bandwidth-gbps", type=float, default=0.0, help="virtual device copy bandwidth (0: free)")
-    p.add_argument("--vdev-seed", type=int, default=0, help="jitter seed")
-    p.add_argument("--vdev-allreduce", action="store_true",
-                   help="the virtual devices offer their own allreduce for tensor parallelism, as CUDA "
-                        "does, instead of leaving the meta backend to its butterfly (docs/tensor-parallel.md)")
-    p.add_argument("--vdev-integrated", action="store_true",
-                   help="the virtual devices are integrated GPUs: they read host buffers in place, so the "
-                        "scheduler copies no inputs into them (docs/integrated.md)")
-    p.add_argument("--host-writes", choices=["infer", "observe", "off"], default="infer",
-                   help="the program's own stores into graph inputs in host memory, which integrated GPUs "
-                        "read in place: inferred before each graph compute (default, free), observed by "
-                        "comparing the inputs' bytes (exact bytes and window; costs a copy of the inputs), "
-                        "or off (docs/integrated.md)")
-    p.add_argument("--nvml", action=argparse.BooleanOptionalAction, default=True,
-                   help="sample GPU counters through NVML into the trace (default: on; a no-op without NVML)")
-    p.add_argument("--nvml-interval-ms", type=float, default=20.0, metavar="MS",
-                   help="NVML sampling period (default: %(default)g)")
-    p.add_argument("--device-timing", action="store_true",
-                   help="time each operation on devices with events (a watcher thread per backend)")
-    p.add_argument("--cupti", nargs="?", const="graphs", choices=["graphs", "kernels"],
-                   help="CUDA: collect GPU activity with CUPTI, loaded at run time; graphs (the default): a CUDA "
-                        "graph's execution as one record, kernels: every kernel, inside graphs too (docs/gpu.md)")
-    p.add_argument("--delay", action="append", metavar="SPEC",
-                   help="inject a delay before the operations SPEC selects, e.g. "
-                        "'VDEV0:graph_compute,split=1:2000' (repeatable; docs/delay.md)")
     p.add_argument("--ring", metavar="SECONDS|SIZE",
                    help="flight recorder: keep only the last SECONDS (e.g. 5) or SIZE (e.g. 256M) of the "
                         "run in a bounded file; metadata and names are always kept (docs/flight-recorder.md)")
@@ -582,6 +531,31 @@ def main(argv=None) -> int:
 
     add_view_commands(sub)
 
+    p = sub.add_parser("diagnose", help="run a program N times traced and once on one device, compare the outputs, "
+                       "find, force and reduce its races, and write a bug report (exit 1: a race, a wrong output, a "
+                       "crash or a hang; 0: none; docs/diagnose.md)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="where the report and the runs go")
+    p.add_argument("--runs", type=int, default=diag.DEFAULT_RUNS, help="traced runs (default: %(default)s)")
+    ref = p.add_mutually_exclusive_group()
+    ref.add_argument("--reference-dev", metavar="DEV",
+                     help="the reference runs the program with -dev DEV (default: none, llama.cpp's CPU alone)")
+    ref.add_argument("--reference", metavar="ARGS",
+                     help="the reference runs the program with these arguments in place of the same options "
+                          "(others appended), e.g. '-ngl 0' or '-dev Vulkan0 -sm none'")
+    ref.add_argument("--no-reference", action="store_true",
+                     help="no reference run: compare the traced runs among themselves (a program that is not llama.cpp's)")
+    add_program_options(p)
+    p.add_argument("--timeout", type=float, default=diag.DEFAULT_TIMEOUT_S, metavar="S",
+                   help="a run still going after S seconds is taken as hung and ended (default: %(default)g)")
+    p.add_argument("--max-races", type=int, default=diag.MAX_RACES, metavar="N",
+                   help="races forced and reduced, the most frequent first (default: %(default)s)")
+    p.add_argument("--force-runs", type=int, default=diag.FORCE_RUNS, metavar="N",
+                   help="forced runs per race (default: %(default)s; 0: do not force)")
+    p.add_argument("--replay-runs", type=int, default=diag.REPLAY_RUNS, metavar="N",
+                   help="replays of each reduction on the run's build (default: %(default)s; 0: do not reduce)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
+    p.set_defaults(fn=cmd_diagnose)
+
     p = sub.add_parser("builds", help="list the ggml builds that have hooks")
     p.set_defaults(fn=cmd_builds)
 
@@ -601,9 +575,11 @@ def main(argv=None) -> int:
     p.add_argument("hooks")
     p.set_defaults(fn=cmd_register)
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if getattr(args, "cmd", None) and args.cmd[0] == "--":
         args.cmd = args.cmd[1:]
+    args.invocation = [str(a) for a in argv]  # as given: a report says how to run it again
     return run_guarded(args.command, args, args.fn)  # one line and exit 2, never a traceback
 
 

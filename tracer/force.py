@@ -22,6 +22,7 @@ from ..analysis.load import recorded_env
 
 from . import delay_spec
 from . import hooks as hooks_mod
+from .outputs import group_outputs, same_output
 from .record import record
 
 DEFAULT_RUNS = 3
@@ -297,7 +298,7 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
         return run
 
     baselines = [one(f"baseline-{i}", False) for i in range(baseline_runs)]
-    base_outputs = {_output(run_dir, b.name, b.returncode) for b in baselines}
+    base_outputs = [_output(run_dir, b.name, b.returncode) for b in baselines]
     forced = []
     for i in range(runs):
         f = one(f"forced-{i}", True)
@@ -306,9 +307,9 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
                              "re-run did not do what the traced run did, or the hooks cannot delay")
         out = _output(run_dir, f.name, f.returncode)
         if baselines:
-            f.diverged_from_baseline = out not in base_outputs
+            f.diverged_from_baseline = not any(same_output(out, b) for b in base_outputs)
         if expected is not None:
-            f.diverged_from_expected = out != expected
+            f.diverged_from_expected = not same_output(out, expected)
         forced.append(f)
         log(f"{f.name}: {'manifested' if f.manifested else 'not manifested'}"
             f"{'' if f.race.get('found', True) else ' (race not found)'}"
@@ -319,13 +320,12 @@ def force(path, race: int | None = None, runs: int = DEFAULT_RUNS, slack_us: flo
     result.manifested_runs = sum(f.manifested for f in forced)
     result.undetermined_runs = sum(f.race.get("verdict") == "undetermined" for f in forced)
     result.baseline_manifested_runs = sum(b.manifested for b in baselines)
-    result.baseline_outputs = len(base_outputs)
+    result.baseline_outputs = len(set(group_outputs(base_outputs)))
     if baselines:
         result.diverged_from_baseline = sum(bool(f.diverged_from_baseline) for f in forced)
     if expected is not None:
         result.diverged_from_expected = sum(bool(f.diverged_from_expected) for f in forced)
-        result.baseline_diverged_from_expected = sum(
-            _output(run_dir, b.name, b.returncode) != expected for b in baselines)
+        result.baseline_diverged_from_expected = sum(not same_output(out, expected) for out in base_outputs)
         result.compared_with, result.diverged_runs = "expected", result.diverged_from_expected
     elif result.diverged_from_baseline is not None:  # (there were baselines)
         result.compared_with, result.diverged_runs = "baseline", result.diverged_from_baseline

@@ -20,12 +20,15 @@ class Recording:
     traces: list = field(default_factory=list)  # the file named -o, then NAME.PID of other processes
     nvml: str = ""  # what became of the GPU counters, one line ("" when not asked for)
     snapshots: list = field(default_factory=list)  # snapshots.Snapshot taken while it ran
+    timed_out: bool = False  # it ran past record()'s timeout and was killed
 
     @property
     def crashed(self) -> bool:
         return self.returncode < 0
 
     def describe_exit(self) -> str:
+        if self.timed_out:
+            return "hung: killed at the time limit"
         if self.returncode >= 0:
             return f"exit status {self.returncode}"
         try:
@@ -117,7 +120,7 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays
 
 def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: bool = False,
            nvml_interval_ms: float = 20.0, delays=None, check: str | None = None,
-           check_every: float = 1.0, on_snapshot=None, **popen_kwargs) -> Recording:
+           check_every: float = 1.0, on_snapshot=None, timeout: float | None = None, **popen_kwargs) -> Recording:
     """Runs `cmd` to completion under the hooks; signals sent to us are passed on to it.
     `delays`: delay rules (`--delay`), checked before anything runs (DelaySpecError).
 
@@ -126,12 +129,16 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: boo
 
     Snapshots of the run's traces are taken while it runs when we get SIGUSR1, and when the
     shell command `check` (run every `check_every` seconds, GGML_TRACE_PID set to the program's
-    pid) starts failing; `on_snapshot(snapshot or error text, why)` hears of each."""
+    pid) starts failing; `on_snapshot(snapshot or error text, why)` hears of each.
+
+    `timeout`: seconds after which a program still running is taken as hung and ended (SIGTERM,
+    then SIGKILL); its trace keeps what it recorded, and the Recording says timed_out."""
     output = Path(output).resolve()
     env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None), delays)
     clear_traces(output)
     sampler = NvmlSampler(nvml_interval_ms) if nvml else None
     taken: list = []  # snapshots.Snapshot
+    hung: list = []
     with sampler or contextlib.nullcontext():
         proc = subprocess.Popen(cmd, env=env, **popen_kwargs)
         forwarded = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -141,13 +148,14 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: boo
         old_usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: asked.append(1))
         try:
             bound = _samples_bound(env, output, sampler)
-            returncode = _watch(proc, output, asked, check, check_every, taken, on_snapshot, bound)
+            deadline = time.monotonic() + timeout if timeout else None
+            returncode = _watch(proc, output, asked, check, check_every, taken, on_snapshot, bound, deadline, hung)
         finally:
             t_end = time.monotonic_ns()
             for s, handler in forwarded.items():
                 signal.signal(s, handler)
             signal.signal(signal.SIGUSR1, old_usr1)
-    rec = Recording(returncode, trace_files(output), snapshots=taken)
+    rec = Recording(returncode, trace_files(output), snapshots=taken, timed_out=bool(hung))
     if sampler is not None:
         rec.nvml = add_gpu_counters(rec.traces, sampler, t_end)
     return rec
@@ -195,9 +203,10 @@ def _samples_bound(env: dict, output: Path, sampler: NvmlSampler | None):
 
 
 def _watch(proc, output: Path, asked: list, check: str | None, every: float, taken: list, on_snapshot,
-           trim_samples=None) -> int:
+           trim_samples=None, deadline: float | None = None, hung: list | None = None) -> int:
     """Waits for `proc`; meanwhile takes the snapshots asked for (SIGUSR1, a failing check) and
-    keeps a flight recorder's GPU counters to its window (`trim_samples`)."""
+    keeps a flight recorder's GPU counters to its window (`trim_samples`). Past `deadline`
+    (time.monotonic()) it ends the program and appends to `hung`."""
     from . import snapshots
 
     def snap(why: str):
@@ -219,6 +228,10 @@ def _watch(proc, output: Path, asked: list, check: str | None, every: float, tak
             return proc.wait(timeout=0.1)
         except subprocess.TimeoutExpired:
             pass
+        if deadline is not None and time.monotonic() >= deadline:
+            if hung is not None:
+                hung.append(1)
+            return _end(proc)
         if trim_samples and time.monotonic() >= next_trim:
             trim_samples()
             next_trim = time.monotonic() + SAMPLES_TRIM_EVERY_S
@@ -231,6 +244,16 @@ def _watch(proc, output: Path, asked: list, check: str | None, every: float, tak
                 snap(f"check failed ({rc})" if rc is not None else "check timed out")
             failing = rc != 0
             next_check = time.monotonic() + every
+
+
+def _end(proc, grace_s: float = 3.0) -> int:
+    """Ends a hung program: SIGTERM (a program may flush what it has), SIGKILL after `grace_s`."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def _run_check(check: str, pid: int, timeout: float) -> int | None:

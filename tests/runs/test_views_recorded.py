@@ -83,11 +83,13 @@ def test_recorded_with_reproduces_a_virtual_device_run(tmp_path):
     from ggml_trace.tracer import programs
 
     program = [str(LLAMA_SIMPLE), "-m", str(programs.tiny_model()), "-n", "4", "the of"]
+    # a user's environment has no GGML_TRACE_ variable here; the tests' keeps the download cache's
+    users_env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_TRACE_")}
     first = tmp_path / "first"
     first.mkdir()
     r = ggml_trace("record", "--virtual-devices", "1", "--vdev-latency-us", "300", "--vdev-jitter-us", "50",
                    "--vdev-seed", "7", "--device-timing", "-o", first / "run.ggmltrace", "--", *program,
-                   env=dict(os.environ, OMP_NUM_THREADS="2"), timeout=180)
+                   env=dict(users_env, OMP_NUM_THREADS="2"), timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     t = analysis.load(first / "run.ggmltrace")
     cmd = recorded_with(report_html(t, races=False))
@@ -99,7 +101,7 @@ def test_recorded_with_reproduces_a_virtual_device_run(tmp_path):
                         "--", *program]
     again = tmp_path / "again"
     again.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the command sets it
+    env = {k: v for k, v in users_env.items() if k != "OMP_NUM_THREADS"}  # the command sets it
     exe = Path(sys.executable).parent / "ggml-trace"
     r = subprocess.run([str(exe) if w == "ggml-trace" else w for w in cmd], cwd=again, env=env,
                        capture_output=True, text=True, timeout=180)

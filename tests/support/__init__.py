@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from ggml_trace.tracer import programs
+from ggml_trace.tracer.outputs import same_output
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"  # committed traces
@@ -43,11 +44,10 @@ def completion_cmd(build, model, *extra, n=8):
 
 
 def same_text(a: str, b: str) -> bool:
-    """llama-completion prints through a logger thread, which can drop the last few bytes at exit (the
-    text ends with bytes of partial characters here): equal up to such a tail. Corruption by the races
-    these tests show changes the text from the first generated tokens on."""
-    a, b = sorted((a.rstrip(), b.rstrip()), key=len)
-    return len(a) > 0 and b.startswith(a) and len(b) - len(a) <= 8
+    """Outputs equal up to the tail llama-completion's logger thread can drop at exit (the library's
+    rule, tracer/outputs.py). Corruption by the races these tests show changes the text from the
+    first generated tokens on."""
+    return same_output(a, b)
 
 
 # -- what several tiers check ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ LAYERS = {
               "summary", "device_timing", "window_races"],
     # what a person sees: the interval model and its views, exports, the progress line, and the
     # modules that name everything (the package, windows.py)
-    "show": ["intervals", "view_text", "timeline", "export", "export_windows", "report", "compare_page",
+    "show": ["intervals", "view_text", "timeline", "timeline_png", "export", "export_windows", "report", "compare_page",
              "progress", "windows", "__init__"],
 }
 # Each module of tracer/ in the layer of what it is for. tracer's layers stand among analysis'
@@ -39,11 +39,13 @@ TRACER_LAYERS = {
     # while a program is traced, inside it (the control API, the snapshots it takes) and beside it
     # (the recorder, what it appends, NVML, finding the hooks, delay rules): the format and the
     # reader, no pandas
-    "recording": ["__init__", "api", "snapshots", "record", "trace_append", "nvml", "hooks", "delay_spec"],
+    "recording": ["__init__", "api", "snapshots", "record", "trace_append", "nvml", "hooks", "delay_spec",
+                  "outputs"],
     # programs, scenarios and builds run and recorded; races forced and reduced
-    "control": ["programs", "scenario", "build_hooks", "demo", "force", "reduce", "repro_cpp", "vulkan_runs"],
-    # the command line
-    "command": ["cli", "cli_common", "cli_views"],
+    "control": ["programs", "scenario", "build_hooks", "demo", "force", "reduce", "replay_limits", "repro_cpp",
+                "vulkan_runs", "record_args"],
+    # the command line, and diagnose, which runs the others' work in one command and writes its report
+    "command": ["cli", "cli_common", "cli_views", "diagnose", "issue"],
 }
 # every layer, lowest first
 ORDER = ["format", "read", "recording", "frames", "judge", "show", "control", "command"]

@@ -1,0 +1,291 @@
+"""`ggml-trace diagnose` end to end (docs/diagnose.md): real llama.cpp programs before and after the
+fix of #23321 on a virtual device and on lavapipe, the pipeline-parallel race, a program that
+crashes and one that hangs; what it writes (ISSUE.md, timeline.png) checked as a maintainer would
+meet it, with hostile names and arguments kept inert."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import built_program, ggml_trace
+from ggml_trace import analysis
+from ggml_trace.analysis.timeline_png import HIGHLIGHT, ROWS_KEY
+from ggml_trace.tracer import programs
+from ggml_trace.tracer.diagnose import Diagnosis, Run, analyse, conclude, reference_argv
+from ggml_trace.tracer.issue import GITHUB_LIMIT
+from ggml_trace.tracer.outputs import same_output
+
+BUILD = programs.build_root()
+QWEN = BUILD / "models" / "tiny-qwen35.gguf"
+QWEN_ARGS = ["-n", "8", "-p", "the of and", "--temp", "0", "--seed", "1", "-no-cnv", "-ngl", "99", "-nkvo"]
+# the #23321 case: one virtual device slow enough that the CPU's next split always comes first
+VDEV_23321 = ["--virtual-devices", "1", "--vdev-latency-us", "5000", "--reference-dev", "none"]
+FEW = ["--runs", "3", "--force-runs", "2", "--replay-runs", "2", "--max-races", "1"]
+
+
+def needs(*paths):
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        pytest.skip(f"needs `make setup`: {', '.join(missing)}")
+
+
+def diagnose(out, *args, env=None):
+    r = ggml_trace("diagnose", "-o", out, *args, timeout=1200, env=env)
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    return r, (json.loads((out / "diagnosis.json").read_text()) if (out / "diagnosis.json").exists() else None)
+
+
+# -- what it writes -------------------------------------------------------------------------------
+
+def fenced_blocks(md: str) -> tuple[list[str], bool]:
+    """The fenced code blocks of a Markdown text (CommonMark: a closing fence is a line of at least
+    as many backticks as the opening one, and nothing else), and whether every one is closed."""
+    blocks, open_len, body = [], 0, []
+    for line in md.split("\n"):
+        fence = re.match(r"^(`{3,})(\w*)\s*$", line)
+        if open_len:
+            if fence and not fence.group(2) and len(fence.group(1)) >= open_len:
+                blocks.append("\n".join(body))
+                open_len, body = 0, []
+            else:
+                body.append(line)
+        elif fence:
+            open_len = len(fence.group(1))
+    return blocks, open_len == 0
+
+
+def prose(md: str) -> str:
+    """The Markdown without its code blocks and code spans: what GitHub would read as Markdown/HTML."""
+    out, open_len = [], 0
+    for line in md.split("\n"):
+        fence = re.match(r"^(`{3,})(\w*)\s*$", line)
+        if open_len:
+            if fence and not fence.group(2) and len(fence.group(1)) >= open_len:
+                open_len = 0
+            continue
+        if fence:
+            open_len = len(fence.group(1))
+            continue
+        out.append(re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line))
+    return "\n".join(out)
+
+
+def check_issue(path: Path, *names: str) -> str:
+    md = path.read_text()
+    assert 0 < len(md) < GITHUB_LIMIT
+    _, closed = fenced_blocks(md)
+    assert closed, "a code block of ISSUE.md is not closed"
+    assert md.startswith("# ")
+    for name in names:
+        assert name in md, name
+    text = prose(md)
+    # our own tags only; anything else that looks like HTML is escaped
+    rest = re.sub(r"</?(details|summary|sub)>|<!--.*?-->", "", text)
+    assert not re.search(r"(?<!\\)<", rest), [line for line in rest.splitlines() if re.search(r"(?<!\\)<", line)]
+    assert not re.search(r"(?<![\\\w])@\w", rest)  # no mention of anyone
+    for table in re.findall(r"(?:^\|.*\n?)+", text, flags=re.M):  # rows keep their columns whatever names hold
+        columns = {len(re.findall(r"(?<!\\)\|", row)) for row in table.strip().split("\n")}
+        assert len(columns) == 1, table
+    assert os.path.expanduser("~") + "/" not in md or os.path.expanduser("~") == "/"
+    return md
+
+
+def check_png(path: Path) -> dict:
+    """timeline.png as a picture: the rows it says it drew, the racing ones holding pixels of the
+    highlight colour, the others none."""
+    from PIL import Image
+
+    img = Image.open(path)
+    drawn = json.loads(img.text[ROWS_KEY])
+    pixels = np.asarray(img.convert("RGB"))
+    assert pixels.shape[0] > 200 and pixels.shape[1] >= 1000
+    red = np.all(pixels == [int(HIGHLIGHT[i:i + 2], 16) for i in (1, 3, 5)], axis=2)
+    racing = [r for r in drawn["rows"] if r["racing"]]
+    assert racing, drawn
+    for r in drawn["rows"]:
+        top, bottom = r["band"]
+        assert 0 <= top < bottom <= pixels.shape[0]
+        assert red[top:bottom].any() == r["racing"], r
+    return drawn
+
+
+# -- llama.cpp #23321 on a virtual device -----------------------------------------------------------------
+
+def test_the_23321_race_is_diagnosed_before_the_fix(tmp_path):
+    exe = BUILD / "llama-b10524" / "bin" / "llama-completion"
+    needs(exe, QWEN)
+    out = tmp_path / "diag"
+    r, d = diagnose(out, *FEW, *VDEV_23321, "--", exe, "-m", QWEN, *QWEN_ARGS)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "run 1 of 3:" in r.stderr and "run 3 of 3:" in r.stderr  # a progress line per run
+    m = d["races"][0]
+    a, b = m["race"]["a"], m["race"]["b"]
+    assert (a["backend"], a["tensor"], b["backend"]) == ("VDEV0", "model.input_embed", "CPU")
+    assert m["force"]["verdict"] == "diverged" and m["force"]["diverged_runs"] >= 1  # forced: corrupt
+    assert m["reduction"]["shape"]["name"] == "inputless-reuse"
+    assert m["reduction"]["expected"]["verdict"] == "RED"  # the reduction replayed on b10524
+    assert d["explained_by"] == m["number"] and m["explains"]
+    md = check_issue(out / "ISSUE.md", "model.input_embed", "<details>", "repro.cpp")
+    assert "Wrong output" in md.splitlines()[0]
+    assert str(tmp_path) not in md and str(BUILD) not in md  # nothing absolute of this machine
+    check_png(out / "timeline.png")
+    assert (out / "report.html").stat().st_size > 0 and (out / "repro" / "repro.cpp").exists()
+    assert len(list((out / "runs").glob("run-*.ggmltrace"))) == 3
+
+
+def test_after_the_fix_the_same_command_is_clean(tmp_path):
+    exe = BUILD / "llama-b10531" / "bin" / "llama-completion"
+    needs(exe, QWEN)
+    out = tmp_path / "diag"
+    r, d = diagnose(out, *FEW, *VDEV_23321, "--", exe, "-m", QWEN, *QWEN_ARGS)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "no race in 3 runs; outputs identical to the reference" in r.stdout
+    assert "not covered:" in r.stdout
+    assert d["races"] == [] and d["differing_runs"] == [] and d["outputs"] == 1
+    md = check_issue(out / "ISSUE.md")
+    assert md.startswith("# No race in 3 runs") and "### Not covered" in md
+    assert (out / "timeline.png").stat().st_size > 0
+
+
+# -- the pipeline-parallel race (docs/pipeline-parallel.md) -------------------------------------------------
+
+WORDS = "the of and to a in is it you that he was for on are with as I his they be at one have this from".split()
+_rng = random.Random(1)
+PROMPT = " ".join(_rng.choice(WORDS) for _ in range(200))  # as tests/test_pipeline_parallel.py
+
+
+def test_the_pipeline_race_on_b11434(tmp_path):
+    exe = BUILD / "llama-b11434" / "bin" / "llama-completion"
+    model = BUILD / "models" / "tiny-llama.gguf"
+    needs(exe, model)
+    out = tmp_path / "diag"
+    r, d = diagnose(out, "--runs", "2", "--force-runs", "1", "--replay-runs", "1", "--max-races", "1",
+                    "--build", "b11434", "--virtual-devices", "2", "--vdev-latency-us", "2000,0", "--",
+                    "stdbuf", "-o0", exe, "-m", model, "-p", PROMPT, "-n", "32", "-b", "256", "-ub", "32", "--temp", "0",
+                    "--seed", "1", "-no-cnv", "-ngl", "99", "-sm", "layer", "-dev", "VDEV0,VDEV1")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert d["reference_argv"][-2:] == ["-dev", "none"]  # -dev VDEV0,VDEV1 replaced
+    named = {t for m in d["races"] for t in (m["race"]["a"]["tensor"], m["race"]["b"]["tensor"])}
+    assert "embd" in named, named
+    check_issue(out / "ISSUE.md", "embd")
+    check_png(out / "timeline.png")
+
+
+# -- Vulkan on lavapipe -------------------------------------------------------------------------------------
+
+def test_the_23321_race_on_lavapipe(tmp_path):
+    exe = BUILD / "llama-b10524-vulkan" / "bin" / "llama-completion"
+    needs(exe, exe.with_name("libggml-trace-hooks.so"), QWEN)
+    out = tmp_path / "diag"
+    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
+    r, d = diagnose(out, "--runs", "2", "--force-runs", "1", "--replay-runs", "1", "--max-races", "1",
+                    "--device-timing", "--", exe, "-m", QWEN, *QWEN_ARGS, env=env)
+    assert r.returncode == 1, r.stderr[-3000:]
+    m = d["races"][0]
+    assert (m["race"]["a"]["backend"], m["race"]["a"]["tensor"]) == ("Vulkan0", "model.input_embed")
+    assert m["reduction"]["expected"]["verdict"] == "RED"  # the reduction on b10524, virtual devices
+    check_issue(out / "ISSUE.md", "model.input_embed", "Vulkan0")
+    check_png(out / "timeline.png")
+
+
+# -- crashes and hangs ---------------------------------------------------------------------------------------
+
+def test_a_crash_is_reported_with_its_trace(tmp_path):
+    exe = built_program("b10531", "sched-loop")
+    needs(exe)
+    out = tmp_path / "diag"
+    r, d = diagnose(out, "--runs", "2", "--", exe, 5, "abort")
+    assert r.returncode in (1, 2), r.stderr[-3000:]
+    assert "crashed in 2 of 2 runs (killed by SIGABRT)" in r.stdout
+    assert d["reference"]["exit"] == "killed by SIGABRT"
+    t = analysis.load(out / "runs" / "run-1.ggmltrace", strict=False)  # salvaged: every graph before the abort
+    assert (t.calls["kind"] == "sched_graph_compute").sum() == 5
+    md = check_issue(out / "ISSUE.md", "killed by SIGABRT", "### How it ended")
+    assert "the reference run crashed too" in md
+
+
+def test_a_hang_is_ended_and_reported(tmp_path):
+    exe = built_program("b10531", "sched-loop")
+    needs(exe)
+    out = tmp_path / "diag"
+    r, d = diagnose(out, "--runs", "1", "--no-reference", "--timeout", "3", "--", exe, 0, "forever")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "hung in 1 of 1 runs" in r.stdout and d["runs"][0]["timed_out"]
+    t = analysis.load(out / "runs" / "run-1.ggmltrace", strict=False)
+    assert (t.calls["kind"] == "sched_graph_compute").sum() > 0
+    check_issue(out / "ISSUE.md", "hung")
+
+
+# -- hostile names and arguments ------------------------------------------------------------------------------
+
+HOSTILE_ARGS = ["<script>alert(1)</script>", "``` `x` ```", "a|b|c", "@someone #1 http://example.com",
+                "x\ny", "$\\frac{1}{0}$", "[a](javascript:alert(1))", "y" * 5000]
+
+
+def test_hostile_arguments_stay_inert(tmp_path):
+    exe = built_program("b10531", "sched-loop")
+    needs(exe)
+    out = tmp_path / "diag"
+    r, d = diagnose(out, "--runs", "1", "--no-reference", "--", exe, 2, "exit", *HOSTILE_ARGS)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert r.stdout.startswith("no race in 1 run; outputs identical")
+    md = check_issue(out / "ISSUE.md")
+    assert "y" * 5000 not in md  # a very long argument is cut
+    check_png_renders(out / "timeline.png")
+    assert HOSTILE_ARGS[0] not in (out / "report.html").read_text()  # the page escapes the command line
+
+
+def check_png_renders(path):
+    from PIL import Image
+
+    assert Image.open(path).size[0] >= 1000
+
+
+def test_hostile_names_from_the_trace_stay_inert(tmp_path):
+    # a trace whose every name is hostile (tests/test_views.py), as one run of a diagnosis
+    from test_views import HOSTILE, hostile_trace
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    path = hostile_trace(runs / "run-1.ggmltrace")
+    (runs / "run-1.stdout").write_text("<script>alert(1)</script>\n```\n| a | b |\n")
+    (runs / "run-1.stderr").write_text(f"error: {HOSTILE[2]} in {Path.home()}/secret/model.gguf\n")
+    run = Run("run-1", 0, "exit status 0", 0.1, "runs/run-1.stdout", "runs/run-1.stderr",
+              trace="runs/run-1.ggmltrace", output_bytes=40)
+    analyse(path, run)
+    d = Diagnosis(str(tmp_path), ["diagnose", "-o", str(tmp_path), "--", "llama-cli", "-m", HOSTILE[0]],
+                  ["llama-cli", "-m", HOSTILE[1], "`rm -rf ~`"], os.getcwd(), [run], None, None)
+    options = types.SimpleNamespace(max_races=3, force_runs=0, replay_runs=0, device_timing=False, virtual_devices=0,
+                                    hooks=None)
+    conclude(d, tmp_path, options)
+    assert d.status == 1 and d.races
+    md = check_issue(tmp_path / "ISSUE.md", HOSTILE[0], HOSTILE[1])
+    assert str(tmp_path) not in md
+    check_png(tmp_path / "timeline.png")
+
+
+# -- pieces -------------------------------------------------------------------------------------------------
+
+def test_the_reference_replaces_the_device_option():
+    argv = ["llama-completion", "-m", "m.gguf", "--device", "VDEV0,VDEV1", "-ngl", "99", "-nkvo"]
+    assert reference_argv(argv, None, None) == ["llama-completion", "-m", "m.gguf", "-dev", "none", "-ngl", "99", "-nkvo"]
+    assert reference_argv(argv, "-ngl 0 -ts 1,0", None) == [
+        "llama-completion", "-m", "m.gguf", "--device", "VDEV0,VDEV1", "-ngl", "0", "-nkvo", "-ts", "1,0"]
+    assert reference_argv(["p", "--device=A"], None, "CPU") == ["p", "-dev", "CPU"]
+    assert reference_argv(["p", "-n", "8"], "", None) == ["p", "-n", "8"]
+
+
+def test_a_cut_tail_is_not_a_divergence():
+    full = b"the of and the the of\n"
+    assert same_output(full, full[:-5]) and same_output(full[:-3], full)
+    assert not same_output(full, full[:-12])  # more than a tail: not comparable as the same
+    assert not same_output(full, b"")
+    assert same_output(b"", b"")
+    assert not same_output(full, full.replace(b"of", b"in"))
