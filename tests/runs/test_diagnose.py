@@ -249,8 +249,8 @@ def check_png_renders(path):
 
 
 def test_hostile_names_from_the_trace_stay_inert(tmp_path):
-    # a trace whose every name is hostile (tests/test_views.py), as one run of a diagnosis
-    from test_views import HOSTILE, hostile_trace
+    # a trace whose every name is hostile (support.view_traces), as one run of a diagnosis
+    from support.view_traces import HOSTILE, hostile_trace
 
     runs = tmp_path / "runs"
     runs.mkdir()
