@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from .load import best_device_intervals
 
 # The shapes reduce knows, with the graph each becomes. `dev0` is the traced async device, `cpu`
 # the synchronous backend whose split wrote the bytes.
@@ -33,10 +36,14 @@ SHAPES = {
 # latency knob makes the device late at any size, but a real one only while its copy lasts. On
 # lavapipe that graph, traced, gave wrong results in 3 of 10 runs at 4 Ki floats, 16 of 20 at 64 Ki,
 # 18 of 20 at 256 Ki, 99 of 100 at 1 Mi (and once fewer than 18 of 20), 120 of 120 at 4 Mi
-# (docs/reduce.md): at this floor its reproduction replays on both. A real device is not late across
-# graphs at any size (next-graph-write), and the host's work between graphs grows with the bytes:
-# that shape goes down to 16 KiB.
+# (docs/reduce.md): at this floor its reproduction replays on both. Across graphs (next-graph-write)
+# the work queued ahead of the copy makes a real device late, not the copy's size, and the host's
+# work between graphs grows with the bytes: that shape goes down to 16 KiB.
 MIN_ELEMENTS = {"inputless-reuse": 1 << 22, "next-graph-write": 1 << 12}
+# Across graphs a real device is late only behind work already on its queue: the reduced graph keeps
+# resident device work (the spec's `work`) for as long as the traced read waited there, within these
+# bounds (µs); a trace without device times for the read gets the default.
+MIN_WORK_US, MAX_WORK_US, DEFAULT_WORK_US = 2000, 100000, 10000
 
 
 class NotReducible(ValueError):
@@ -148,9 +155,46 @@ def shape_of(finding: dict, trace) -> Shape:
                        f"later graph (docs/reduce.md)")
 
 
-def spec_text(shape: Shape, size: int, header: str = "") -> str:
+def queue_wait(trace, finding: dict) -> dict:
+    """What made the device late across graphs, as the trace saw it: when the racing read (side a)
+    was enqueued and when the device started it (times in µs of the trace, as `ggml-trace races`
+    prints them; with markers the start is a lower bound, so the wait is too), how long it waited,
+    how long before that the later graph wrote the bytes, and the work the device ran in between
+    (`ahead`: the calls enqueued before the read whose device time overlaps the wait). `target_us`:
+    the work the reduced graph keeps on the device in every graph (MIN_WORK_US..MAX_WORK_US)."""
+    c, d = trace.calls, best_device_intervals(trace.device)
+    read = d[d["call_id"] == finding["a_call_id"]]
+    call = c[c["call_id"] == finding["a_call_id"]]
+    if not len(read) or not len(call):
+        return {"measured": False, "target_us": DEFAULT_WORK_US,
+                "why": "the trace has no device times for the read (record --device-timing): a default"}
+    enqueued, start = int(call["t_end"].iloc[0]), int(read["t_begin"].min())
+    queue = finding.get("a_queue_backend") or finding["a_backend"]
+    before = d["call_id"].map(c.set_index("call_id")["t_begin"]) < int(call["t_begin"].iloc[0])  # enqueued before it
+    ran = d[(d["backend"] == queue) & before & (d["t_end"] > enqueued) & (d["t_begin"] < start)]
+    nodes = trace.splits.set_index("call_id")["n_nodes"]
+    ahead = [{"kind": str(r.kind), "graph": None if pd.isna(r.graph) else int(r.graph),
+              "split": None if pd.isna(r.split) else int(r.split),
+              "nodes": int(nodes[r.call_id]) if r.call_id in nodes.index else None,
+              "device_us": [round(r.t_begin / 1e3, 1), round(r.t_end / 1e3, 1)]}
+             for r in ran.sort_values("t_begin").itertuples()]
+    # the time within the wait that the device was busy with them (their union, clipped to the wait)
+    spans = np.clip(ran[["t_begin", "t_end"]].to_numpy(np.int64), enqueued, start) if len(ran) else np.empty((0, 2))
+    busy, reach = 0, enqueued
+    for b, e in sorted(map(tuple, spans)):
+        busy += max(0, e - max(b, reach))
+        reach = max(reach, e)
+    wait_us = (start - enqueued) / 1e3
+    return {"measured": True, "enqueued_us": round(enqueued / 1e3, 1), "device_start_us": round(start / 1e3, 1),
+            "wait_us": round(wait_us, 1), "busy_us": round(busy / 1e3, 1),
+            "write_before_read_us": round((start - int(finding["b_t_begin_ns"])) / 1e3, 1), "ahead": ahead,
+            "target_us": int(round(min(MAX_WORK_US, max(MIN_WORK_US, wait_us)), -2))}
+
+
+def spec_text(shape: Shape, size: int, header: str = "", work_us: int = 0) -> str:
     """The smallest graph of `shape` in the spec language (scenarios/scenarios.cpp), of `size`
-    (start_size: vectors of that many floats, or that many layers)."""
+    (start_size: vectors of that many floats, or that many layers); next-graph-write with `work_us`
+    of resident device work in every graph (queue_wait)."""
     lines = [f"# {line}" for line in header.splitlines()]
     if shape.name == "allreduce-scratch":
         return "\n".join(lines + [f"devices {shape.devices}", f"meta {size}"]) + "\n"
@@ -171,6 +215,9 @@ def spec_text(shape: Shape, size: int, header: str = "") -> str:
                   "op e cpu scale x      # written by the CPU split of every graph",
                   "op out dev0 scale e   # read by the device's copy, late",
                   "output out"]
+        if work_us:
+            # the traced device was late because its queue still held the previous graph's layers
+            lines += [f"work w dev0 {work_us}   # resident device work ahead of the next graph's copy"]
     else:
         raise NotReducible(f"no graph for shape {shape.name}")
     return "\n".join(lines) + "\n"

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <random>
@@ -206,6 +208,8 @@ ggml_tensor * user_input_stall(Scenario & s, std::mt19937 & rng) {
 //   input NAME [BACKEND]                 a vector of `elements` random values, new each iteration
 //   op NAME BACKEND OP ARG [ARG]         OP: scale (x2), add, mul, cont, sqr; BACKEND: cpu, dev0, dev1..
 //   output NAME                          the tensor whose bytes are compared (an op)
+//   work NAME BACKEND US                 resident device work: products of weights uploaded once, enough of
+//                                        them in every graph to keep BACKEND's queue busy US microseconds
 //   meta LAYERS                          instead of ops: meta-allreduce's tensor-parallel MLP with LAYERS
 //                                        layers over `devices` devices (docs/scenarios.md)
 // Ops that nothing consumes are computed too; every op is added to the graph in the order listed, so
@@ -223,7 +227,8 @@ Spec g_spec;
 // A spec comes from a reproduction folder, that is from anyone: every count is digits only and
 // within these caps (tracer/replay_limits.py holds the same ones, and checks memory before a replay).
 const long MAX_DEVICES = 8, MAX_ELEMENTS = 1L << 30, MAX_ITERATIONS = 1024, MAX_META_LAYERS = 256;
-const size_t MAX_STATEMENTS = 200;  // the graph's context holds 256 tensors
+const size_t MAX_STATEMENTS = 200;  // input and op lines; the graph's context holds 512 tensors
+const long MAX_WORK_US = 1000000, MAX_WORKS = 4;  // `work` lines, each at most 64 products a graph
 
 bool count(const std::string & word, long lo, long hi, int & out) {
     if (word.empty() || word.size() > 12 || word.find_first_not_of("0123456789") != std::string::npos) return false;
@@ -240,6 +245,7 @@ bool read_spec(const char * path, Spec & spec) {
         return false;
     }
     std::string line;
+    int works = 0;
     for (int no = 1; std::getline(in, line); no++) {
         line = line.substr(0, line.find('#'));
         std::istringstream words(line);
@@ -257,6 +263,12 @@ bool read_spec(const char * path, Spec & spec) {
         }
         else if (k == "output" && w.size() == 2) spec.output = w[1];
         else if (k == "meta" && w.size() == 2) ok = count(w[1], 1, MAX_META_LAYERS, spec.meta_layers);
+        else if (k == "work" && w.size() == 4) {  // on a device: devN
+            int us = 0, dev = 0;
+            ok = w[2].rfind("dev", 0) == 0 && count(w[2].substr(3), 0, MAX_DEVICES - 1, dev) &&
+                 count(w[3], 1, MAX_WORK_US, us) && ++works <= MAX_WORKS;
+            spec.statements.push_back(w);
+        }
         else if ((k == "input" && (w.size() == 2 || w.size() == 3)) || (k == "op" && (w.size() == 5 || w.size() == 6))) {
             spec.statements.push_back(w);
             ok = spec.statements.size() <= MAX_STATEMENTS;
@@ -272,6 +284,77 @@ bool read_spec(const char * path, Spec & spec) {
         return false;
     }
     return true;
+}
+
+// A spec's `work`: the device's resident work, as a model's layers on its weights. Products of n x n
+// weights uploaded once into the device's memory (never written from the host between graphs), chained
+// `reps` times in every graph, so that the next graph's copy of a host input waits behind them on the
+// device's queue. Sized on the device before the first graph: n doubles from 256 until one product takes
+// an eighth of the time asked (4096 at most), then enough products to exceed it (64 at most). The same
+// sizing as the repro.cpp that `ggml-trace reduce` writes (tracer/repro_cpp.py).
+struct Work {
+    ggml_context * ctx = nullptr;
+    ggml_backend_buffer_t buf = nullptr;
+    ggml_tensor * a = nullptr;
+    ggml_tensor * b = nullptr;
+    ggml_tensor * c = nullptr;  // where the timed product goes
+    int n = 0, reps = 0;
+    double ms = 0;  // one product, measured
+};
+
+// Every size tried; freed only at exit: ggml-vulkan's descriptor sets keep naming a freed buffer, and
+// lavapipe crashed reading them when the timed product's buffer was freed before the graphs ran.
+std::vector<Work> g_works;
+std::map<std::string, size_t> g_work;  // a `work` statement's name -> the size it uses in g_works
+
+Work upload_weights(ggml_backend_t dev, int n) {
+    Work w;
+    w.n = n;
+    ggml_init_params params = {3 * ggml_tensor_overhead(), nullptr, true};
+    w.ctx = ggml_init(params);
+    w.a = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.b = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.c = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.buf = ggml_backend_alloc_ctx_tensors(w.ctx, dev);
+    ggml_backend_buffer_set_usage(w.buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    std::vector<float> v((size_t) n * n, 1.0f / n);  // a averages: chained products stay bounded
+    ggml_backend_tensor_set(w.a, v.data(), 0, ggml_nbytes(w.a));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (float & x : v) x = d(rng);
+    ggml_backend_tensor_set(w.b, v.data(), 0, ggml_nbytes(w.b));
+    return w;
+}
+
+// One product on the device, synchronously, in ms: the second of two (the first compiles and sizes buffers).
+double time_product(ggml_backend_t dev, const Work & w) {
+    ggml_init_params params = {2 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * p = ggml_mul_mat(ctx, w.a, w.b);
+    ggml_backend_tensor_alloc(w.buf, p, w.c->data);
+    ggml_cgraph * graph = ggml_new_graph(ctx);
+    ggml_build_forward_expand(graph, p);
+    double ms = 0;
+    for (int i = 0; i < 2; i++) {
+        auto t0 = std::chrono::steady_clock::now();
+        ggml_backend_graph_compute(dev, graph);
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ggml_free(ctx);
+    return ms;
+}
+
+// The size for `target_ms` on `dev`: its index in g_works
+size_t size_work(ggml_backend_t dev, double target_ms) {
+    for (int n = 256;; n *= 2) {
+        g_works.push_back(upload_weights(dev, n));
+        Work & w = g_works.back();
+        w.ms = time_product(dev, w);
+        if (w.ms >= target_ms / 8 || n >= 4096) break;
+    }
+    Work & w = g_works.back();
+    w.reps = std::min(64, std::max(1, (int) std::ceil(target_ms / w.ms)));
+    return g_works.size() - 1;
 }
 
 ggml_tensor * from_spec(Scenario & s, std::mt19937 & rng) {
@@ -293,6 +376,16 @@ ggml_tensor * from_spec(Scenario & s, std::mt19937 & rng) {
         return it->second;
     };
     for (auto & w : g_spec.statements) {
+        if (w[0] == "work") {  // sized before the first graph; the CPU alone has none (the result never reads it)
+            auto it = g_work.find(w[1]);
+            const Work * k = it == g_work.end() ? nullptr : &g_works[it->second];
+            ggml_tensor * p = k ? k->b : nullptr;
+            for (int r = 0; p && r < k->reps; r++) {
+                p = ggml_mul_mat(s.ctx, k->a, p);
+                listed.push_back(s.on(backend(w[2]), p, (w[1] + "." + std::to_string(r)).c_str()));
+            }
+            continue;
+        }
         if (w[0] == "input") {
             ggml_tensor * t = s.input(w[1].c_str(), rng);
             if (w.size() == 3) s.placement.push_back({t, backend(w[2])});
@@ -549,12 +642,20 @@ int main(int argc, char ** argv) {
     ggml_backend_buffer_type_t host = first ? ggml_backend_dev_host_buffer_type(first) : nullptr;
     if (strcmp(backend_kind, "vulkan") == 0 && host) bufts.back() = host;
     s.sched = ggml_backend_sched_new(s.backends.data(), bufts.data(), (int) s.backends.size(), 2048, parallel, false);
+    for (auto & w : g_spec.statements) {
+        if (w[0] != "work" || s.cpu_only) continue;
+        ggml_backend_t b = s.dev(atoi(w[2].c_str() + 3));
+        g_work[w[1]] = size_work(b, atof(w[3].c_str()) / 1000);
+        const Work & k = g_works[g_work[w[1]]];
+        fprintf(stderr, "work %s on %s: %d products of %dx%d weights a graph, %.3f ms each, for %s us\n", w[1].c_str(),
+                ggml_backend_name(b), k.reps, k.n, k.n, k.ms, w[3].c_str());
+    }
     // A pipelined scenario builds its graph anew for every iteration, as llama.cpp does for each ubatch;
     // every context stays alive to the end, since queued work may still name its tensors.
     std::vector<ggml_context *> contexts;
     ggml_tensor * out = nullptr;
     auto build_graph = [&]() {
-        ggml_init_params params = {ggml_tensor_overhead() * 256 + ggml_graph_overhead(), nullptr, true};
+        ggml_init_params params = {ggml_tensor_overhead() * 512 + ggml_graph_overhead(), nullptr, true};
         s.ctx = ggml_init(params);
         contexts.push_back(s.ctx);
         s.inputs.clear();
@@ -572,6 +673,11 @@ int main(int argc, char ** argv) {
 
     std::vector<float> result(ggml_nelements(out));
     std::vector<std::vector<float>> results(iterations, result);  // read asynchronously when pipelined
+    // ... into the device's pinned memory where it has one, as llama.cpp's outputs: ggml-vulkan drains its
+    // queue to read into pageable memory, which would order every graph after the one before
+    const size_t result_bytes = result.size() * sizeof(float);
+    ggml_backend_buffer_t pinned = entry->pipelined && host ? ggml_backend_buft_alloc_buffer(host, iterations * result_bytes)
+                                                            : nullptr;
     uint64_t hash = 0;
     for (int it = 0; it < iterations; it++) {
         // The others allocate once: with parallel=true, re-allocating the same graph after a reset crashes in
@@ -606,8 +712,8 @@ int main(int argc, char ** argv) {
             return 1;
         }
         if (entry->pipelined) {  // as llama.cpp reads logits: queued behind the graph, no wait
-            ggml_backend_tensor_get_async(ggml_backend_sched_get_tensor_backend(s.sched, out), out, results[it].data(), 0,
-                                          result.size() * sizeof(float));
+            void * to = pinned ? (void *) ((uint8_t *) ggml_backend_buffer_get_base(pinned) + it * result_bytes) : results[it].data();
+            ggml_backend_tensor_get_async(ggml_backend_sched_get_tensor_backend(s.sched, out), out, to, 0, result_bytes);
             continue;
         }
         ggml_backend_sched_synchronize(s.sched);
@@ -616,12 +722,20 @@ int main(int argc, char ** argv) {
     }
     if (entry->pipelined) {
         ggml_backend_sched_synchronize(s.sched);
+        for (int it = 0; pinned && it < iterations; it++) {
+            memcpy(results[it].data(), (uint8_t *) ggml_backend_buffer_get_base(pinned) + it * result_bytes, result_bytes);
+        }
         for (auto & r : results) hash = hash * 31 + fnv(r.data(), r.size() * sizeof(float));
         result = results.back();
     }
     printf("result %016llx %g %g\n", (unsigned long long) hash, result[0], result[result.size() - 1]);
 
     ggml_backend_sched_free(s.sched);
+    if (pinned) ggml_backend_buffer_free(pinned);
+    for (Work & w : g_works) {
+        ggml_backend_buffer_free(w.buf);
+        ggml_free(w.ctx);
+    }
     for (ggml_context * c : contexts) ggml_free(c);
     for (ggml_backend_t b : s.backends) ggml_backend_free(b);
     return 0;

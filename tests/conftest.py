@@ -102,3 +102,13 @@ def vulkan_23321(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("reduce") / "repro"
     return out, reduce_json("vulkan-nvidia-b10524-h200.ggmltrace", out)
+
+
+@pytest.fixture(scope="session")
+def pipeline_race(tmp_path_factory):
+    """(folder, document): embd overwritten by the next ubatch (b11434, pipeline parallelism, NVIDIA's
+    Vulkan driver on an H200), reduced by `ggml-trace reduce` (confirmed on b11434's programs)."""
+    from support import reduce_json
+
+    out = tmp_path_factory.mktemp("reduce") / "pp"
+    return out, reduce_json("vulkan-nvidia-b11434-pp-h200.ggmltrace", out)

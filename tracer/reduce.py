@@ -4,9 +4,10 @@ that runs on virtual devices (or a real Vulkan device) without the model or the 
 reduce: the finding's shape (analysis/reduction.py) becomes the smallest scheduler graph of that
 shape, written as a spec the scenario program reads; the reduced run is traced and its race
 analysed to confirm that the same race (class, roles, missing ordering) is there, and the vectors
-are halved while it stays. replay: the spec run N times on a build, each result compared with the
-CPU's, each trace analysed: RED when some result is wrong (exit 1), GREEN when none is (exit 0).
-docs/reduce.md.
+are halved while it stays. A race across graphs keeps what made the device late: the work its
+queue held ahead of the read, as measured in the trace (queue_wait). replay: the spec run N times
+on a build, each result compared with the CPU's, each trace analysed: RED when some result is wrong
+(exit 1), GREEN when none is (exit 0). docs/reduce.md.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from pathlib import Path
 
 from ..analysis.load import load
 from ..analysis.races import races
-from ..analysis.reduction import (NotReducible, Shape, matching, shape_of, size_unit, smallest_size, spec_text,
-                                  start_size)
+from ..analysis.reduction import (NotReducible, Shape, matching, queue_wait, shape_of, size_unit, smallest_size,
+                                  spec_text, start_size)
 from . import scenario
 from .replay_limits import MAX_LATENCY_US, available_memory, check_about, check_spec, read_spec
 from .repro_cpp import NoStandalone, cpp, one_line
@@ -66,6 +67,8 @@ class Reduction:
     command: str = ""
     standalone: str | None = None  # repro.cpp, on ggml's public API alone; None: why not in standalone_why
     standalone_why: str | None = None
+    # next-graph-write: the read's wait on its queue in the trace, and the device work kept for it (queue_wait)
+    queue: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -133,6 +136,12 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
     header = (f"ggml-trace reduce {Path(trace_path).name} --race {n}\n"
               f"{shape.race_class}: {finding['missing']}")
     size, smallest = start_size(shape, trace, finding), smallest_size(shape)
+    queue = None
+    if shape.name == "next-graph-write":
+        queue = queue_wait(trace, finding)
+        queue["kept"] = (f"work w dev0 {queue['target_us']}: products of weights uploaded once, sized on the device "
+                         f"at start (n doubles from 256 until one takes an eighth of the target, 4096 at most; then "
+                         f"enough of them to exceed it, 64 at most), in every graph, ahead of the next graph's copy")
     out = Path(out_dir)
     work = Path(tempfile.mkdtemp(prefix="ggml-trace-reduce-"))
     steps = []
@@ -141,7 +150,7 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
         # (on virtual devices the times prove it; a real device's markers may not).
         best = None
         while True:
-            spec = spec_text(shape, size, header=header)
+            spec = spec_text(shape, size, header=header, work_us=queue["target_us"] if queue else 0)
             c = confirm(spec, shape, build, latency, work / f"s{size}", backend)
             steps.append({unit: size, "race": c.found, "manifested": c.manifested, "wrong": c.wrong})
             log(f"{size} {unit}: " + ("same race" + (", manifested" if c.manifested else "") if c.found
@@ -159,11 +168,13 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
             raise ReduceError(f"race {n} did not survive in the smallest graph of its shape ({shape.name}) on "
                               f"{build} ({backend}): the reduced run's trace {seen}")
         size, spec, c = best
+        if queue:  # how the reduced run sized its work on the device it ran on (a real one sizes its own)
+            queue["sized"] = {"build": build, "backend": backend, "work": c.graph.get("work", [])}
         out.mkdir(parents=True, exist_ok=True)
         (out / SPEC).write_text(spec)
         result = Reduction(str(out), str(trace_path), n, shape.to_json(), build, backend, shape.devices, latency,
                            size, unit, c.graph.get("splits", 0), c.graph.get("nodes", 0),
-                           _original_size(trace, finding), steps)
+                           _original_size(trace, finding), steps, queue=queue)
         result.command = f"ggml-trace replay {out} --build {build} --runs 20"
         try:
             title = f"A {shape.race_class} race ({shape.name}) reduced from {Path(trace_path).name}, race {n}"
@@ -247,6 +258,7 @@ def format_reduction(r: Reduction) -> str:
         f"race {r.race} of {r.trace}: {r.shape['name']} ({r.shape['what']})",
         f"reduced: graph {o['graph']} of {o['splits']} splits, {o['nodes']} nodes, {o['bytes']} bytes shared "
         f"-> {r.splits} splits, {r.nodes} nodes, {r.size} {r.size_unit}; the same race confirmed by tracing it",
+        *([_queue_words(r.queue)] if r.queue else []),
         f"expected on {r.build}: {e.get('verdict')} ({e.get('red_runs')} of {e.get('runs')} runs wrong, "
         f"manifested in {e.get('manifested_runs')})",
         f"written to {r.directory}/ ({SPEC}, {ABOUT}, {README}" + (f", {CPP}" if r.standalone else "") + ")",
@@ -254,9 +266,21 @@ def format_reduction(r: Reduction) -> str:
     ])
 
 
+def _queue_words(q: dict) -> str:
+    """What made the device late, in one sentence (reduce.json's `queue`)."""
+    if not q.get("measured"):
+        return f"device work kept: {q['target_us']} us a graph ({q['why']})"
+    ahead = [a for a in q["ahead"] if a["kind"] == "graph_compute"]
+    what = ", ".join(f"graph {a['graph']}'s split {a['split']} ({a['nodes']} nodes)" for a in ahead) or "earlier work"
+    return (f"the read waited {q['wait_us'] / 1000:.1f} ms on its queue behind {what}; the next graph wrote the "
+            f"bytes {q['write_before_read_us'] / 1000:.1f} ms before the device read them; kept: resident device "
+            f"work of {q['target_us'] / 1000:g} ms a graph, sized on the device at start")
+
+
 def readme(r: Reduction, finding: dict) -> str:
     """What a maintainer pastes into an issue or a test."""
     o, e = r.original, r.expected
+    late = f"\n\nWhat made the device late: {_queue_words(r.queue)}." if r.queue else ""
     return f"""# A reproduction of a {r.shape['race_class']} race ({r.shape['name']})
 
 Reduced by `ggml-trace reduce {Path(r.trace).name} --race {r.race}` from a trace of {r.build}:
@@ -279,7 +303,7 @@ Expected on {r.build} ({r.backend}): **{e.get('verdict')}**, {e.get('red_runs')}
 manifested in {e.get('manifested_runs')} of them. A build with the ordering this race lacks is GREEN.
 
 `{SPEC}` is the graph (the scenario program's spec language, docs/reduce.md); `{ABOUT}` holds the
-finding's shape, the sizes before and after, and each size the reduction tried.
+finding's shape, the sizes before and after, and each size the reduction tried.{late}
 {_standalone_words(r)}"""
 
 

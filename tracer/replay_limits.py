@@ -21,13 +21,17 @@ MAX_DEVICES = 8              # VDEV0..7
 MAX_ELEMENTS = 1 << 30       # floats per vector: 4 GiB, and an int in the program
 MAX_ITERATIONS = 1024        # graphs in a row (a reduction writes 4)
 MAX_META_LAYERS = 256        # the MLP's graph holds ~5 nodes a layer, in a graph of 2048
-MAX_STATEMENTS = 200         # input and op lines: the program's graph context holds 256 tensors
+MAX_STATEMENTS = 200         # input, op and work lines: the program's graph context holds 512 tensors
+MAX_WORKS = 4                # work lines, each at most 64 products a graph
+MAX_WORK_US = 1_000_000      # a work line's time on its device's queue, each graph
 MAX_LATENCY_US = 50000.0     # per operation of a virtual device: the most `reduce` writes
 OPS = {"scale": 1, "cont": 1, "sqr": 1, "add": 2, "mul": 2}  # op name: its arguments
 
 # What the program holds, for the estimate of its memory (scenarios.cpp):
 SCHED_COPIES = 4             # a pipelined spec's scheduler keeps this many copies of split inputs
-CONTEXT_BYTES = 256 * 1024   # a graph's context (256 tensor headers and the graph), one per pipelined graph
+CONTEXT_BYTES = 512 * 1024   # a graph's context (512 tensor headers and the graph), one per pipelined graph
+# a work line's weights (three n x n matrices for each n it tries, 256 to 4096) and its chained products
+WORK_BYTES = 3 * 4 * sum(n * n for n in (256, 512, 1024, 2048, 4096)) + 3 * 4 * 4096 * 4096
 META_LAYER_BYTES = 2 * (2 * 256 * 512 * 4)  # a layer's two weight matrices, and the values set into them
 MEMORY_SHARE = 0.5           # of the memory available now: the traced run's trace and its analysis need the rest
 
@@ -49,6 +53,7 @@ class Spec:
     output: str = ""
     inputs: int = 0
     ops: int = 0
+    works: int = 0
     names: set = field(default_factory=set)
 
 
@@ -91,10 +96,18 @@ def parse_spec(text: str, where: str = "spec.txt") -> Spec:
             spec.names.add(w[1])
         elif k == "op" and len(w) in (5, 6):
             _op(w, spec, at)
+        elif k == "work" and len(w) == 4:
+            if w[2] == "cpu":
+                raise SpecRefused(f"{at}: work on the CPU: give a device (dev0 to dev{MAX_DEVICES - 1})")
+            _backend(w[2], at)
+            _count(w[3], 1, MAX_WORK_US, f"{at}: work")
+            spec.works += 1
+            if spec.works > MAX_WORKS:
+                raise SpecRefused(f"{at}: more than {MAX_WORKS} work lines")
         else:
             raise SpecRefused(f"{at}: cannot read this line: {_shown(line)}")
-        if spec.inputs + spec.ops > MAX_STATEMENTS:
-            raise SpecRefused(f"{at}: more than {MAX_STATEMENTS} input and op lines")
+        if spec.inputs + spec.ops + spec.works > MAX_STATEMENTS:
+            raise SpecRefused(f"{at}: more than {MAX_STATEMENTS} input, op and work lines")
     if not spec.meta_layers:
         if not spec.output:
             raise SpecRefused(f"{where}: no output line")
@@ -138,7 +151,8 @@ def _shown(text: str) -> str:
 def spec_bytes(spec: Spec) -> int:
     """What the program's run of `spec` holds at most, in bytes (scenarios.cpp): every vector in
     every backend's buffers (in each of a pipelined scheduler's copies), the input values, one
-    result per iteration, a graph context per pipelined graph; or the MLP's weights."""
+    result per iteration, a graph context per pipelined graph, each work line's weights and products;
+    or the MLP's weights."""
     if spec.meta_layers:
         return spec.meta_layers * META_LAYER_BYTES
     vector = 4 * spec.elements
@@ -146,7 +160,7 @@ def spec_bytes(spec: Spec) -> int:
     buffers = (spec.inputs + spec.ops) * vector * (spec.devices + 1) * copies
     host = spec.inputs * vector + (spec.iterations + 1) * vector
     contexts = (spec.iterations if spec.pipelined else 1) * CONTEXT_BYTES
-    return buffers + host + contexts
+    return buffers + host + contexts + spec.works * WORK_BYTES
 
 
 def available_memory() -> int | None:

@@ -1,7 +1,12 @@
 """A reduced race as one C++ file on ggml's public API alone (`ggml-trace reduce` writes it beside
 the spec): no hooks, no virtual devices, nothing of this project. A maintainer compiles it against
 their own tree; it runs the graph on the first GPU ggml lists (and the CPU), compares each run with
-the same graph on the CPU alone, and exits 1 when a run is wrong (docs/reduce.md)."""
+the same graph on the CPU alone, and exits 1 when a run is wrong (docs/reduce.md).
+
+Two things of the traced program that made its device late are kept: the device's resident work
+(`work` in the spec: products of weights uploaded once, sized on the device at start), and results
+read into the device's pinned host memory, as llama.cpp reads its outputs (ggml-vulkan drains its
+queue to read into pageable memory, and that drain would order every graph after the last)."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,7 +20,8 @@ class NoStandalone(ValueError):
 
 
 def parse(spec: str) -> dict:
-    out: dict[str, Any] = {"devices": 1, "elements": 4096, "iterations": 1, "pipelined": False, "lines": [], "output": None}
+    out: dict[str, Any] = {"devices": 1, "elements": 4096, "iterations": 1, "pipelined": False, "lines": [],
+                           "output": None, "work_us": 0}
     for raw in spec.splitlines():
         w = raw.split("#", 1)[0].split()
         if not w:
@@ -30,6 +36,11 @@ def parse(spec: str) -> dict:
             raise NoStandalone("a meta backend's graph (tensor parallelism) needs several devices")
         elif w[0] in ("input", "op"):
             out["lines"].append(w)
+        elif w[0] == "work":
+            if len(w) != 4 or w[2] == "cpu" or out["work_us"]:
+                raise NoStandalone("work on the CPU, or twice")
+            out["work_us"] = int(w[3])
+            out["lines"].append(w)
     if out["devices"] != 1:
         raise NoStandalone("the graph spans several devices")
     return out
@@ -42,12 +53,107 @@ def _graph_code(spec: dict) -> str:
         if w[0] == "input":
             lines.append(f'    ggml_tensor * {name} = input(g, "{name}");')
             continue
+        if w[0] == "work":
+            lines.append(f'    work(g, "{name}", dev);')
+            continue
         backend, op, args = w[2], w[3], w[4:]
         expr = OPS[op].format(a=args[0], b=args[1] if len(args) > 1 else "")
         where = "cpu" if backend == "cpu" else "dev"
         lines.append(f'    ggml_tensor * {name} = place(g, {expr}, "{name}", {where});')
     lines.append(f"    return {spec['output']};")
     return "\n".join(lines)
+
+
+WORK_CPP = r"""// The device's resident work, as a model's layers on its weights: products of n x n weights uploaded
+// once into device memory (never written from the host between graphs), chained `reps` times in every
+// graph, so that the next graph's copy waits behind at least WORK_MS of it on the device's queue (what
+// the traced read waited there). Sized on the device at start: n doubles from 256 until one product
+// takes an eighth of WORK_MS (4096 at most), then enough products to exceed it (64 at most).
+static const double WORK_MS = @WORK_MS@;
+struct Work {
+    ggml_context * ctx = nullptr;
+    ggml_backend_buffer_t buf = nullptr;
+    ggml_tensor * a = nullptr;
+    ggml_tensor * b = nullptr;
+    ggml_tensor * c = nullptr;  // where the timed product goes
+    int n = 0, reps = 0;
+    double ms = 0;  // one product, measured
+};
+// Every size tried, the last one used; freed only at exit: ggml-vulkan's descriptor sets keep naming
+// a freed buffer, and lavapipe crashed reading them when the timed product's buffer was freed early.
+static std::vector<Work> g_works;
+
+static Work upload_weights(ggml_backend_t dev, int n) {
+    Work w;
+    w.n = n;
+    ggml_init_params params = {3 * ggml_tensor_overhead(), nullptr, true};
+    w.ctx = ggml_init(params);
+    w.a = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.b = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.c = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.buf = ggml_backend_alloc_ctx_tensors(w.ctx, dev);
+    ggml_backend_buffer_set_usage(w.buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    std::vector<float> v((size_t) n * n, 1.0f / n);  // a averages: chained products stay bounded
+    ggml_backend_tensor_set(w.a, v.data(), 0, ggml_nbytes(w.a));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (float & x : v) x = d(rng);
+    ggml_backend_tensor_set(w.b, v.data(), 0, ggml_nbytes(w.b));
+    return w;
+}
+
+// One product on the device, synchronously, in ms: the second of two (the first compiles and sizes buffers).
+static double time_product(ggml_backend_t dev, const Work & w) {
+    ggml_init_params params = {2 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * p = ggml_mul_mat(ctx, w.a, w.b);
+    ggml_backend_tensor_alloc(w.buf, p, w.c->data);
+    ggml_cgraph * graph = ggml_new_graph(ctx);
+    ggml_build_forward_expand(graph, p);
+    double ms = 0;
+    for (int i = 0; i < 2; i++) {
+        auto t0 = std::chrono::steady_clock::now();
+        ggml_backend_graph_compute(dev, graph);
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ggml_free(ctx);
+    return ms;
+}
+
+static void size_work(ggml_backend_t dev) {
+    for (int n = 256;; n *= 2) {
+        g_works.push_back(upload_weights(dev, n));
+        Work & w = g_works.back();
+        w.ms = time_product(dev, w);
+        if (w.ms >= WORK_MS / 8 || n >= 4096) break;
+    }
+    Work & w = g_works.back();
+    w.reps = std::min(64, std::max(1, (int) std::ceil(WORK_MS / w.ms)));
+    fprintf(stderr, "device work: %d products of %dx%d weights a graph, %.3f ms each, for %g ms ahead of each copy\n",
+            w.reps, w.n, w.n, w.ms, WORK_MS);
+}
+
+static void free_work() {
+    for (Work & w : g_works) {
+        ggml_backend_buffer_free(w.buf);
+        ggml_free(w.ctx);
+    }
+    g_works.clear();
+}
+
+static void work(Graph & g, const char * name, ggml_backend_t b) {
+    if (!g.device) return;  // the CPU alone: the result never reads the work
+    const Work & w = g_works.back();
+    ggml_tensor * p = w.b;
+    char label[GGML_MAX_NAME];
+    for (int r = 0; r < w.reps; r++) {
+        p = ggml_mul_mat(g.ctx, w.a, p);
+        snprintf(label, sizeof(label), "%s.%d", name, r);
+        place(g, p, label, b);
+    }
+}
+
+"""
 
 
 def one_line(text: str) -> str:
@@ -61,6 +167,10 @@ def cpp(spec_text: str, title: str, missing: str) -> str:
     spec = parse(spec_text)
     title, missing = one_line(title), one_line(missing)
     pipelined = "true" if spec["pipelined"] else "false"
+    work_ms = f'{spec["work_us"] / 1000:g}'
+    work_code = WORK_CPP.replace("@WORK_MS@", work_ms) if spec["work_us"] else ""
+    size_work = "    size_work(dev);\n" if spec["work_us"] else ""
+    free_work = "    free_work();\n" if spec["work_us"] else ""
     return f'''// {title}
 // Written by `ggml-trace reduce`: {missing}
 //
@@ -75,6 +185,9 @@ def cpp(spec_text: str, title: str, missing: str) -> str:
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -89,7 +202,7 @@ static const bool PIPELINED = {pipelined};  // graphs in a row, not synchronized
 
 struct Graph {{
     ggml_context * ctx;
-    ggml_backend_sched_t sched;
+    bool device;  // false: the CPU alone
     std::vector<std::pair<ggml_tensor *, std::vector<float>>> inputs;
     std::vector<ggml_tensor *> ops;  // in the order listed: the graph's node order
     std::vector<std::pair<ggml_tensor *, ggml_backend_t>> placement;
@@ -114,7 +227,7 @@ static ggml_tensor * place(Graph & g, ggml_tensor * t, const char * name, ggml_b
     return t;
 }}
 
-static ggml_tensor * build(Graph & g, ggml_backend_t dev, ggml_backend_t cpu) {{
+{work_code}static ggml_tensor * build(Graph & g, ggml_backend_t dev, ggml_backend_t cpu) {{
     ggml_context * ctx = g.ctx;
     (void) ctx;
 {_graph_code(spec)}
@@ -137,10 +250,15 @@ static std::vector<float> run(ggml_backend_t dev, ggml_backend_t cpu) {{
                                                         PIPELINED && dev, false);
     std::vector<ggml_context *> contexts;  // alive to the end: queued work may still name their tensors
     std::vector<std::vector<float>> results(ITERATIONS, std::vector<float>(ELEMENTS));
+    // results read asynchronously land in pinned memory, as llama.cpp's outputs do: a read into pageable
+    // memory makes ggml-vulkan drain its queue, which would order every graph after the one before
+    ggml_backend_buffer_t pinned = PIPELINED && host ? ggml_backend_buft_alloc_buffer(host, ITERATIONS * ELEMENTS * sizeof(float))
+                                                     : nullptr;
     for (int it = 0; it < ITERATIONS; it++) {{
         Graph g;
-        ggml_init_params params = {{ggml_tensor_overhead() * 64 + ggml_graph_overhead(), nullptr, true}};
+        ggml_init_params params = {{ggml_tensor_overhead() * 256 + ggml_graph_overhead(), nullptr, true}};
         g.ctx = ggml_init(params);
+        g.device = dev != nullptr;
         contexts.push_back(g.ctx);
         ggml_tensor * out = build(g, dev ? dev : cpu, cpu);
         ggml_set_output(out);
@@ -158,7 +276,8 @@ static std::vector<float> run(ggml_backend_t dev, ggml_backend_t cpu) {{
         }}
         ggml_backend_sched_graph_compute_async(sched, graph);
         if (PIPELINED) {{  // read as llama.cpp reads logits: queued behind the graph, no wait
-            ggml_backend_tensor_get_async(ggml_backend_sched_get_tensor_backend(sched, out), out, results[it].data(), 0,
+            float * to = pinned ? (float *) ggml_backend_buffer_get_base(pinned) + it * ELEMENTS : results[it].data();
+            ggml_backend_tensor_get_async(ggml_backend_sched_get_tensor_backend(sched, out), out, to, 0,
                                           ELEMENTS * sizeof(float));
         }} else {{
             ggml_backend_sched_synchronize(sched);
@@ -166,6 +285,12 @@ static std::vector<float> run(ggml_backend_t dev, ggml_backend_t cpu) {{
         }}
     }}
     ggml_backend_sched_synchronize(sched);
+    if (pinned) {{
+        for (int it = 0; it < ITERATIONS; it++) {{
+            memcpy(results[it].data(), (float *) ggml_backend_buffer_get_base(pinned) + it * ELEMENTS, ELEMENTS * sizeof(float));
+        }}
+        ggml_backend_buffer_free(pinned);
+    }}
     ggml_backend_sched_free(sched);
     for (ggml_context * c : contexts) ggml_free(c);
     std::vector<float> all;
@@ -195,14 +320,14 @@ int main(int argc, char ** argv) {{
     ggml_backend_t cpu = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu, 1);
     ggml_backend_t dev = ggml_backend_dev_init(d, nullptr);
-    const std::vector<float> expected = run(nullptr, cpu);
+{size_work}    const std::vector<float> expected = run(nullptr, cpu);
     int wrong = 0;
     for (int i = 0; i < runs; i++) {{
         std::vector<float> got = run(dev, cpu);
         wrong += memcmp(got.data(), expected.data(), got.size() * sizeof(float)) != 0;
     }}
     printf("%s: %d of %d runs wrong on %s\\n", wrong ? "RED" : "GREEN", wrong, runs, ggml_backend_dev_name(d));
-    ggml_backend_free(dev);
+{free_work}    ggml_backend_free(dev);
     ggml_backend_free(cpu);
     return wrong ? 1 : 0;
 }}

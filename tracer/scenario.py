@@ -3,6 +3,7 @@ and compare each result bit-exactly with the same graph computed on the CPU alon
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .hooks import build_root, libraries_first
 from .programs import bin_dir, hooks, program
@@ -43,12 +44,16 @@ def _result_of(stdout: str) -> str:
 
 
 def _graph_of(text: str) -> dict:
-    """{"splits", "nodes"} from the program's "graph splits S nodes N" line ({} without one)."""
+    """{"splits", "nodes"} from the program's "graph splits S nodes N" line ({} without one), and a
+    spec's resident device work as the program sized it ("work": its "work NAME on ..." lines)."""
+    out: dict[str, Any] = {}
     for line in text.splitlines():
         w = line.split()
-        if w[:2] == ["graph", "splits"] and len(w) == 5:
-            return {"splits": int(w[2]), "nodes": int(w[4])}
-    return {}
+        if w[:2] == ["graph", "splits"] and len(w) == 5 and "splits" not in out:
+            out |= {"splits": int(w[2]), "nodes": int(w[4])}
+        elif w[:1] == ["work"] and "products" in w:
+            out.setdefault("work", []).append(line.strip())
+    return out
 
 
 def parse_latencies(text) -> list[float]:

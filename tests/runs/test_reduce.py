@@ -20,6 +20,7 @@ def test_the_h200_vulkan_race_reduces_to_four_splits_or_fewer(vulkan_23321):
     readme = (out / "README.md").read_text()
     assert doc["command"] in readme and "RED" in readme and f"{doc['splits']} splits" in readme
     assert "op z cpu cont w" in (out / "spec.txt").read_text()
+    assert doc["queue"] is None and "work" not in (out / "spec.txt").read_text()  # within one graph: no queue kept
 
 
 @pytest.mark.parametrize("backend", ["vdev"])  # lavapipe: tests/external/test_reduce_vulkan.py
@@ -48,13 +49,33 @@ def test_the_two_gpu_tensor_parallel_race_replays_on_two_virtual_devices(tmp_pat
     assert green["red_runs"] == 0 and green["race_runs"] == 0
 
 
-def test_the_pipeline_race_replays_red_and_green_with_its_fix(tmp_path):
+def test_the_pipeline_race_replays_red_and_green_with_its_fix(pipeline_race):
     """embd overwritten by the next ubatch (b11434, pipeline parallelism, NVIDIA Vulkan on an H200)."""
-    doc = reduce_json("vulkan-nvidia-b11434-pp-h200.ggmltrace", tmp_path / "pp")
+    out, doc = pipeline_race
     assert doc["shape"]["name"] == "next-graph-write" and doc["splits"] <= 2
-    assert replay_json(tmp_path / "pp", "b11434", 5)["red_runs"] == 5
-    green = replay_json(tmp_path / "pp", "b11434-ppfix", 5)
+    assert replay_json(out, "b11434", 5)["red_runs"] == 5
+    green = replay_json(out, "b11434-ppfix", 5)
     assert green["red_runs"] == 0 and green["race_runs"] == 0
+
+
+def test_the_pipeline_reduction_keeps_the_work_queued_ahead_of_the_copy(pipeline_race):
+    """In the trace, Vulkan0's copy of graph 2's embd was enqueued and then waited 15.6 ms on the
+    device's queue behind graph 1's layers (255 nodes), while graph 3's CPU split wrote embd 11.0 ms
+    before the device read it: the reduced graph keeps that much resident device work in every graph,
+    in the spec and in repro.cpp alike, and reduce.json says so."""
+    out, doc = pipeline_race
+    q = doc["queue"]
+    assert q["measured"] and q["wait_us"] == 15559.6 and q["busy_us"] == 15559.6
+    assert q["device_start_us"] - q["enqueued_us"] == pytest.approx(q["wait_us"], abs=0.2)
+    assert q["write_before_read_us"] == 11034.9
+    layers = [(a["graph"], a["split"], a["nodes"]) for a in q["ahead"] if a["kind"] == "graph_compute"]
+    assert layers == [(1, 1, 255)]
+    assert q["target_us"] == 15600 and "products of weights uploaded once" in q["kept"]
+    assert q["sized"]["backend"] == "vdev" and q["sized"]["work"][0].startswith("work w on VDEV0: ")
+    assert "work w dev0 15600" in (out / "spec.txt").read_text()
+    assert "static const double WORK_MS = 15.6;" in (out / "repro.cpp").read_text()
+    assert "waited 15.6 ms on its queue behind graph 1's split 1 (255 nodes)" in (out / "README.md").read_text()
+    assert doc["nodes"] >= 3  # e, out, and at least one product of the work
 
 
 def test_a_race_of_another_shape_is_refused_saying_why(tmp_path):

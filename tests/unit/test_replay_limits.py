@@ -37,6 +37,19 @@ def test_what_reduce_writes_passes(shape, size):
     assert spec_bytes(spec) < GiB
 
 
+def test_the_device_work_reduce_keeps_passes_and_is_counted():
+    """next-graph-write's resident device work (`work NAME devN US`): its weights count in the memory."""
+    text = spec_text(NEXT_GRAPH, MIN_ELEMENTS["next-graph-write"], work_us=15600)
+    spec = check_spec(text, 4 * GiB)
+    assert spec.works == 1 and spec_bytes(spec) > rl.WORK_BYTES
+    assert refused(SIMPLE + "work w cpu 1000\n").endswith("work on the CPU: give a device (dev0 to dev7)")
+    assert "work 0 is out of range" in refused(SIMPLE + "work w dev0 0\n")
+    assert "is not a count" in refused(SIMPLE + "work w dev0 -5\n")
+    assert "unknown backend" in refused(SIMPLE + "work w dev9 1000\n")
+    many = SIMPLE + "work w dev0 1000\n" * (rl.MAX_WORKS + 1)
+    assert refused(many).endswith(f"more than {rl.MAX_WORKS} work lines")
+
+
 def test_the_reported_spec_is_refused():
     """elements 99999999999999: the program ran until memory ran out (3.5 GB after 12 s)."""
     msg = refused("elements 99999999999999\ninput x\nop y dev0 scale x\noutput y\n")
@@ -99,7 +112,7 @@ def test_what_the_program_would_refuse_later_is_refused_now():
 
 def test_absurdly_many_lines_or_statements():
     many = "input x\n" + "op y cpu scale x\n" * rl.MAX_STATEMENTS + "output y\n"
-    assert refused(many) == f"spec.txt:{rl.MAX_STATEMENTS + 1}: more than {rl.MAX_STATEMENTS} input and op lines"
+    assert refused(many) == f"spec.txt:{rl.MAX_STATEMENTS + 1}: more than {rl.MAX_STATEMENTS} input, op and work lines"
     lines = SIMPLE + "# a comment\n" * rl.MAX_LINES
     assert refused(lines).startswith(f"spec.txt has {rl.MAX_LINES + 5} lines, more than {rl.MAX_LINES}")
     assert check_spec(SIMPLE + "\n  # blank and comment lines are fine\n\n", GiB)
@@ -150,5 +163,5 @@ def test_the_scenario_program_holds_the_same_caps():
     src = (ROOT / "scenarios" / "scenarios.cpp").read_text()
     caps = dict(re.findall(r"(MAX_[A-Z_]+) = ([^,;]+)", src))
     assert caps["MAX_ELEMENTS"] == "1L << 30" and rl.MAX_ELEMENTS == 1 << 30
-    for name in ("MAX_DEVICES", "MAX_ITERATIONS", "MAX_META_LAYERS", "MAX_STATEMENTS"):
+    for name in ("MAX_DEVICES", "MAX_ITERATIONS", "MAX_META_LAYERS", "MAX_STATEMENTS", "MAX_WORKS", "MAX_WORK_US"):
         assert int(caps[name]) == getattr(rl, name), name

@@ -1,0 +1,255 @@
+// A write-after-read race (next-graph-write) reduced from vulkan-nvidia-b11434-pp-h200.ggmltrace, race 1
+// Written by `ggml-trace reduce`: nothing orders Vulkan0 cpy_tensor_async (input of split 1) (graph 2, reads embd) before CPU split 0 (graph 3) writes embd over the same bytes; an event_synchronize or synchronize on Vulkan0 between them would order them
+//
+// A reproduction on ggml's public API alone. Build it against a llama.cpp build with an async backend
+// (Vulkan, CUDA, ...), shared libraries:
+//   c++ -std=c++17 -O2 repro.cpp -I LLAMA/ggml/include -L BUILD/bin -lggml -lggml-base -lggml-cpu \
+//       -Wl,-rpath,BUILD/bin -o repro
+//   ./repro [RUNS]      # exit 1: RED (a run's result differs from the CPU's), 0: GREEN, 2: no device
+// REPRO_DEVICE=NAME picks the device (default: the first GPU ggml lists).
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+static const int64_t ELEMENTS = 4096;
+static const int ITERATIONS = 4;
+static const bool PIPELINED = true;  // graphs in a row, not synchronized (as llama.cpp's ubatches)
+
+struct Graph {
+    ggml_context * ctx;
+    bool device;  // false: the CPU alone
+    std::vector<std::pair<ggml_tensor *, std::vector<float>>> inputs;
+    std::vector<ggml_tensor *> ops;  // in the order listed: the graph's node order
+    std::vector<std::pair<ggml_tensor *, ggml_backend_t>> placement;
+};
+
+static ggml_tensor * input(Graph & g, const char * name) {
+    ggml_tensor * t = ggml_new_tensor_1d(g.ctx, GGML_TYPE_F32, ELEMENTS);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    std::mt19937 rng((unsigned) g.inputs.size() + 1);
+    std::uniform_real_distribution<float> d(-1, 1);
+    std::vector<float> v(ELEMENTS);
+    for (float & x : v) x = d(rng);
+    g.inputs.push_back({t, v});
+    return t;
+}
+
+static ggml_tensor * place(Graph & g, ggml_tensor * t, const char * name, ggml_backend_t b) {
+    ggml_set_name(t, name);
+    g.ops.push_back(t);
+    g.placement.push_back({t, b});
+    return t;
+}
+
+// The device's resident work, as a model's layers on its weights: products of n x n weights uploaded
+// once into device memory (never written from the host between graphs), chained `reps` times in every
+// graph, so that the next graph's copy waits behind at least WORK_MS of it on the device's queue (what
+// the traced read waited there). Sized on the device at start: n doubles from 256 until one product
+// takes an eighth of WORK_MS (4096 at most), then enough products to exceed it (64 at most).
+static const double WORK_MS = 15.6;
+struct Work {
+    ggml_context * ctx = nullptr;
+    ggml_backend_buffer_t buf = nullptr;
+    ggml_tensor * a = nullptr;
+    ggml_tensor * b = nullptr;
+    ggml_tensor * c = nullptr;  // where the timed product goes
+    int n = 0, reps = 0;
+    double ms = 0;  // one product, measured
+};
+// Every size tried, the last one used; freed only at exit: ggml-vulkan's descriptor sets keep naming
+// a freed buffer, and lavapipe crashed reading them when the timed product's buffer was freed early.
+static std::vector<Work> g_works;
+
+static Work upload_weights(ggml_backend_t dev, int n) {
+    Work w;
+    w.n = n;
+    ggml_init_params params = {3 * ggml_tensor_overhead(), nullptr, true};
+    w.ctx = ggml_init(params);
+    w.a = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.b = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.c = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
+    w.buf = ggml_backend_alloc_ctx_tensors(w.ctx, dev);
+    ggml_backend_buffer_set_usage(w.buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    std::vector<float> v((size_t) n * n, 1.0f / n);  // a averages: chained products stay bounded
+    ggml_backend_tensor_set(w.a, v.data(), 0, ggml_nbytes(w.a));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (float & x : v) x = d(rng);
+    ggml_backend_tensor_set(w.b, v.data(), 0, ggml_nbytes(w.b));
+    return w;
+}
+
+// One product on the device, synchronously, in ms: the second of two (the first compiles and sizes buffers).
+static double time_product(ggml_backend_t dev, const Work & w) {
+    ggml_init_params params = {2 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * p = ggml_mul_mat(ctx, w.a, w.b);
+    ggml_backend_tensor_alloc(w.buf, p, w.c->data);
+    ggml_cgraph * graph = ggml_new_graph(ctx);
+    ggml_build_forward_expand(graph, p);
+    double ms = 0;
+    for (int i = 0; i < 2; i++) {
+        auto t0 = std::chrono::steady_clock::now();
+        ggml_backend_graph_compute(dev, graph);
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ggml_free(ctx);
+    return ms;
+}
+
+static void size_work(ggml_backend_t dev) {
+    for (int n = 256;; n *= 2) {
+        g_works.push_back(upload_weights(dev, n));
+        Work & w = g_works.back();
+        w.ms = time_product(dev, w);
+        if (w.ms >= WORK_MS / 8 || n >= 4096) break;
+    }
+    Work & w = g_works.back();
+    w.reps = std::min(64, std::max(1, (int) std::ceil(WORK_MS / w.ms)));
+    fprintf(stderr, "device work: %d products of %dx%d weights a graph, %.3f ms each, for %g ms ahead of each copy\n",
+            w.reps, w.n, w.n, w.ms, WORK_MS);
+}
+
+static void free_work() {
+    for (Work & w : g_works) {
+        ggml_backend_buffer_free(w.buf);
+        ggml_free(w.ctx);
+    }
+    g_works.clear();
+}
+
+static void work(Graph & g, const char * name, ggml_backend_t b) {
+    if (!g.device) return;  // the CPU alone: the result never reads the work
+    const Work & w = g_works.back();
+    ggml_tensor * p = w.b;
+    char label[GGML_MAX_NAME];
+    for (int r = 0; r < w.reps; r++) {
+        p = ggml_mul_mat(g.ctx, w.a, p);
+        snprintf(label, sizeof(label), "%s.%d", name, r);
+        place(g, p, label, b);
+    }
+}
+
+static ggml_tensor * build(Graph & g, ggml_backend_t dev, ggml_backend_t cpu) {
+    ggml_context * ctx = g.ctx;
+    (void) ctx;
+    ggml_tensor * x = input(g, "x");
+    ggml_tensor * e = place(g, ggml_scale(ctx, x, 2.0f), "e", cpu);
+    ggml_tensor * out = place(g, ggml_scale(ctx, e, 2.0f), "out", dev);
+    work(g, "w", dev);
+    return out;
+}
+
+// Every iteration's result, concatenated: on `dev` and the CPU, or on the CPU alone (dev == nullptr).
+static std::vector<float> run(ggml_backend_t dev, ggml_backend_t cpu) {
+    std::vector<ggml_backend_t> backends;
+    std::vector<ggml_backend_buffer_type_t> bufts;
+    if (dev) {
+        backends.push_back(dev);
+        bufts.push_back(ggml_backend_get_default_buffer_type(dev));
+    }
+    backends.push_back(cpu);
+    // the CPU's buffers in the device's pinned host memory, as llama.cpp makes them when it offloads:
+    // copies into the device then read them when the device runs them
+    ggml_backend_buffer_type_t host = dev ? ggml_backend_dev_host_buffer_type(ggml_backend_get_device(dev)) : nullptr;
+    bufts.push_back(host ? host : ggml_backend_get_default_buffer_type(cpu));
+    ggml_backend_sched_t sched = ggml_backend_sched_new(backends.data(), bufts.data(), (int) backends.size(), 2048,
+                                                        PIPELINED && dev, false);
+    std::vector<ggml_context *> contexts;  // alive to the end: queued work may still name their tensors
+    std::vector<std::vector<float>> results(ITERATIONS, std::vector<float>(ELEMENTS));
+    // results read asynchronously land in pinned memory, as llama.cpp's outputs do: a read into pageable
+    // memory makes ggml-vulkan drain its queue, which would order every graph after the one before
+    ggml_backend_buffer_t pinned = PIPELINED && host ? ggml_backend_buft_alloc_buffer(host, ITERATIONS * ELEMENTS * sizeof(float))
+                                                     : nullptr;
+    for (int it = 0; it < ITERATIONS; it++) {
+        Graph g;
+        ggml_init_params params = {ggml_tensor_overhead() * 256 + ggml_graph_overhead(), nullptr, true};
+        g.ctx = ggml_init(params);
+        g.device = dev != nullptr;
+        contexts.push_back(g.ctx);
+        ggml_tensor * out = build(g, dev ? dev : cpu, cpu);
+        ggml_set_output(out);
+        ggml_cgraph * graph = ggml_new_graph(g.ctx);
+        for (ggml_tensor * t : g.ops) ggml_build_forward_expand(graph, t);
+        ggml_backend_sched_reset(sched);
+        for (auto & p : g.placement) ggml_backend_sched_set_tensor_backend(sched, p.first, p.second);
+        if (!ggml_backend_sched_alloc_graph(sched, graph)) {
+            fprintf(stderr, "allocation failed\n");
+            exit(2);
+        }
+        for (auto & in : g.inputs) {
+            for (float & v : in.second) v += 0.125f * (float) it;  // new inputs every iteration
+            ggml_backend_tensor_set(in.first, in.second.data(), 0, in.second.size() * sizeof(float));
+        }
+        ggml_backend_sched_graph_compute_async(sched, graph);
+        if (PIPELINED) {  // read as llama.cpp reads logits: queued behind the graph, no wait
+            float * to = pinned ? (float *) ggml_backend_buffer_get_base(pinned) + it * ELEMENTS : results[it].data();
+            ggml_backend_tensor_get_async(ggml_backend_sched_get_tensor_backend(sched, out), out, to, 0,
+                                          ELEMENTS * sizeof(float));
+        } else {
+            ggml_backend_sched_synchronize(sched);
+            ggml_backend_tensor_get(out, results[it].data(), 0, ELEMENTS * sizeof(float));
+        }
+    }
+    ggml_backend_sched_synchronize(sched);
+    if (pinned) {
+        for (int it = 0; it < ITERATIONS; it++) {
+            memcpy(results[it].data(), (float *) ggml_backend_buffer_get_base(pinned) + it * ELEMENTS, ELEMENTS * sizeof(float));
+        }
+        ggml_backend_buffer_free(pinned);
+    }
+    ggml_backend_sched_free(sched);
+    for (ggml_context * c : contexts) ggml_free(c);
+    std::vector<float> all;
+    for (auto & r : results) all.insert(all.end(), r.begin(), r.end());
+    return all;
+}
+
+static ggml_backend_dev_t pick_device() {
+    const char * want = getenv("REPRO_DEVICE");
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t d = ggml_backend_dev_get(i);
+        if (want ? strcmp(ggml_backend_dev_name(d), want) == 0 : ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_GPU) {
+            return d;
+        }
+    }
+    return nullptr;
+}
+
+int main(int argc, char ** argv) {
+    const int runs = argc > 1 ? atoi(argv[1]) : 20;
+    ggml_backend_load_all();
+    ggml_backend_dev_t d = pick_device();
+    if (!d) {
+        fprintf(stderr, "no GPU device (set REPRO_DEVICE to a device name; lavapipe: GGML_VK_VISIBLE_DEVICES=0)\n");
+        return 2;
+    }
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(cpu, 1);
+    ggml_backend_t dev = ggml_backend_dev_init(d, nullptr);
+    size_work(dev);
+    const std::vector<float> expected = run(nullptr, cpu);
+    int wrong = 0;
+    for (int i = 0; i < runs; i++) {
+        std::vector<float> got = run(dev, cpu);
+        wrong += memcmp(got.data(), expected.data(), got.size() * sizeof(float)) != 0;
+    }
+    printf("%s: %d of %d runs wrong on %s\n", wrong ? "RED" : "GREEN", wrong, runs, ggml_backend_dev_name(d));
+    free_work();
+    ggml_backend_free(dev);
+    ggml_backend_free(cpu);
+    return wrong ? 1 : 0;
+}
