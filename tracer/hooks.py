@@ -76,9 +76,10 @@ def register(ggml_lib_dir: str, hooks: str):
 
 def register_name(name: str, lib_dir) -> None:
     """Remember build NAME (`ggml-trace build-hooks`): its bin folder holds libggml-base.so, the
-    hooks and the scenario programs."""
+    hooks and the scenario programs. The folder is kept as given (made absolute, links not followed):
+    a build's folder may be a link to its CMake folder, and the name shows where the user looks."""
     reg = load_registry()
-    reg.setdefault(NAMED, {})[name] = str(Path(lib_dir).resolve())
+    reg.setdefault(NAMED, {})[name] = os.path.abspath(lib_dir)
     _save_registry(reg)
 
 
