@@ -29,7 +29,8 @@ case "$(realpath "$src")" in "$here"/build/src/*) work=$(dirname "$(realpath "$s
 [ -d "$out" ] && [ ! -L "$out" ] && work=$out  # a build folder of the earlier layout: built in place
 if [ "$work" != "$out" ]; then  # BUILD_DIR stays where it is looked for, a link to the CMake folder
   mkdir -p "$work"
-  ln -sfn "$(realpath --relative-to="$(dirname "$(realpath -m "$out")")" "$work")" "$out"
+  # relative to the folder holding the link (not through the link: a second build of the tree finds it made)
+  ln -sfn "$(realpath --relative-to="$(realpath -m "$(dirname "$out")")" "$work")" "$out"
 fi
 server=OFF  # llama-server only where asked for (TARGETS): it is the longest to build
 case " ${TARGETS:-} " in *" llama-server "*) server=ON ;; esac
