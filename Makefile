@@ -173,6 +173,9 @@ bench: setup
 	$(VPY) bench/bench_lazy.py
 	$(VPY) bench/bench_host_writes.py --rounds 5 --words 700
 	$(VPY) bench/bench_diagnose.py
+	$(VPY) bench/bench_device_timing.py
+	$(VPY) bench/bench_stall_figures.py
+	$(VPY) bench/bench_pipeline_overlap.py
 
 clean:
 	rm -rf $(BUILD_DIR) $(VENV)
