@@ -8,7 +8,7 @@ import pytest
 from ggml_trace.analysis import load
 from ggml_trace.analysis.compare import NOISE_REL_ONE, compare
 from ggml_trace.analysis.stalls import stalls
-from support import ggml_trace, stall_waits
+from support import ggml_trace, same_text, stall_waits
 from ggml_trace.tracer import scenario
 
 RUNS = 3
@@ -118,7 +118,7 @@ def test_llama_layer_split_with_a_tensor_override(model, tmp_path):
         s = stalls(t)
         w = s[(s["kind"] == "synchronize") & s["graph"].notna() & s["via"].notna()]
         out[build], texts[build] = w[w["waited_kind"] == "cpy_tensor_async"], r.stdout
-    assert texts["b11434"] == texts["b11434-inputsfirst"]
+    assert same_text(texts["b11434"], texts["b11434-inputsfirst"])  # a tail the logger dropped at exit aside
     before = out["b11434"]
     assert len(before) >= 8 and before["avoidable"].all()
     # they cost time: those that found the copy still running returned only after it had ended

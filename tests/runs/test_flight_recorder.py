@@ -20,6 +20,12 @@ from ggml_trace.analysis.trace_format import CHUNK_HEADER_DTYPE, CHUNK_SIZE, HEA
 from ggml_trace.analysis.trace_format import CHUNK_RING, TraceFormatError
 from ggml_trace.tracer import snapshots
 
+# The writer at full speed: its file grows by threads that run on idle CPU time only (SCHED_IDLE, so
+# that tracing does not take a core from the program), and a writer that catches up waits for them.
+# Beside the suite's other workers (4 on 2 cores) no core is ever idle: in one full run a writer
+# got 60 chunks in 2 s and its ring never wrapped. So these run after the others, one at a time.
+pytestmark = pytest.mark.serial
+
 RING_WRITER = built_program("b10531", "ring-writer")
 SCHED_LOOP = built_program("b10531", "sched-loop")
 
@@ -157,11 +163,10 @@ def test_live_reads_and_snapshots_of_a_ring_being_recycled(tmp_path):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and threads_writing(out) < 3:
             time.sleep(0.2)
-        header = read_header(out)
-        first_chunk = oldest_chunk_ns(out, header)
-        while oldest_chunk_ns(out, header) == first_chunk and time.monotonic() < deadline:
+        # (not the oldest chunk's claim time: a chunk that the main thread claimed and never fills stays)
+        while time.monotonic() < deadline and read_trace_file(out).ring.start_ns is None:
             time.sleep(0.2)
-        assert oldest_chunk_ns(out, header) != first_chunk, "the ring recycled nothing in 20 s"
+        assert read_trace_file(out).ring.start_ns is not None, "the ring recycled nothing in 20 s"
         snaps = []
         for _ in range(3):
             assert_whole_window(read_trace_file(out), 3)  # strict: no damage from torn chunks
