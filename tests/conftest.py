@@ -38,7 +38,9 @@ DOCS_IMG = pytest.StashKey["str | None"]()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "serial: needs the machine's cores to itself (`make test` runs these after the "
-                            "others, one at a time): the trace writer's grow threads run on idle CPU time only")
+                            "others, one at a time): the trace writer's grow threads run on idle CPU time only, "
+                            "and a few races are set up by millisecond delays that a saturated machine's "
+                            "preemptions outlast")
     config.addinivalue_line("markers", "docs_image: makes a picture of docs/img (in a temporary folder unless "
                             "GGML_TRACE_DOCS_IMG names one: `make docs` runs `pytest -m docs_image`)")
     worker = getattr(config, "workerinput", None)

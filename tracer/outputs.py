@@ -16,7 +16,12 @@ NOTE = (f"stdout, byte for byte, except that a tail of up to {TAIL_BYTES} bytes 
 
 
 def same_output(a, b, tail: int = TAIL_BYTES) -> bool:
-    """Whether two outputs (bytes or str) are the same up to a cut tail (see the module)."""
+    """Whether two outputs (bytes or str) are the same up to a cut tail (see the module). Two str
+    (decoded, maybe with U+FFFD for bytes that were not UTF-8) are compared as characters, the tail
+    counted in characters: a lost byte is at most one character, a replaced one three bytes."""
+    if isinstance(a, str) and isinstance(b, str):
+        a, b = sorted((a.rstrip(), b.rstrip()), key=len)
+        return a == b or (len(a) > 0 and b.startswith(a) and len(b) - len(a) <= tail)
     if isinstance(a, str):
         a = a.encode("utf-8", "surrogateescape")
     if isinstance(b, str):
