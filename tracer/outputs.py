@@ -18,10 +18,14 @@ NOTE = (f"stdout, byte for byte, except that a tail of up to {TAIL_BYTES} bytes 
 def same_output(a, b, tail: int = TAIL_BYTES) -> bool:
     """Whether two outputs (bytes or str) are the same up to a cut tail (see the module). Two str
     (decoded, maybe with U+FFFD for bytes that were not UTF-8) are compared as characters, the tail
-    counted in characters: a lost byte is at most one character, a replaced one three bytes."""
+    counted in characters: a lost byte is at most one character, a replaced one three bytes. The
+    cut one may end in U+FFFD where the cut fell inside a character: that end is not compared."""
     if isinstance(a, str) and isinstance(b, str):
         a, b = sorted((a.rstrip(), b.rstrip()), key=len)
-        return a == b or (len(a) > 0 and b.startswith(a) and len(b) - len(a) <= tail)
+        if a == b:
+            return True
+        kept = a.rstrip("\ufffd")
+        return len(kept) > 0 and b.startswith(kept) and len(b) - len(kept) <= tail
     if isinstance(a, str):
         a = a.encode("utf-8", "surrogateescape")
     if isinstance(b, str):
