@@ -20,21 +20,13 @@ def same_output(a, b, tail: int = TAIL_BYTES) -> bool:
     (decoded, maybe with U+FFFD for bytes that were not UTF-8) are compared as characters, the tail
     counted in characters: a lost byte is at most one character, a replaced one three bytes. The
     cut one may end in U+FFFD where the cut fell inside a character: that end is not compared."""
-    if isinstance(a, str) and isinstance(b, str):
-        a, b = sorted((a.rstrip(), b.rstrip()), key=len)
-        if a == b:
-            return True
-        kept = a.rstrip("\ufffd")
-        return len(kept) > 0 and b.startswith(kept) and len(b) - len(kept) <= tail
-    if isinstance(a, str):
-        a = a.encode("utf-8", "surrogateescape")
-    if isinstance(b, str):
-        b = b.encode("utf-8", "surrogateescape")
+    if isinstance(a, str) != isinstance(b, str):  # one of each: both as bytes
+        a, b = (x.encode("utf-8", "surrogateescape") if isinstance(x, str) else x for x in (a, b))
     a, b = sorted((a.rstrip(), b.rstrip()), key=len)
     if a == b:
         return True
-    return len(a) > 0 and b.startswith(a) and len(b) - len(a) <= tail
-
+    kept = a.rstrip("\ufffd") if isinstance(a, str) else a
+    return len(kept) > 0 and b.startswith(kept) and len(b) - len(kept) <= tail
 
 def group_outputs(outputs: list) -> list[int]:
     """A group number per output, 0, 1, ... in order of first appearance: outputs in one group are

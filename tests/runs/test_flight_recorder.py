@@ -164,9 +164,9 @@ def test_live_reads_and_snapshots_of_a_ring_being_recycled(tmp_path):
         while time.monotonic() < deadline and threads_writing(out) < 3:
             time.sleep(0.2)
         # (not the oldest chunk's claim time: a chunk that the main thread claimed and never fills stays)
-        while time.monotonic() < deadline and read_trace_file(out).ring.start_ns is None:
+        while (recycled := read_trace_file(out).ring.start_ns is not None) is False and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert read_trace_file(out).ring.start_ns is not None, "the ring recycled nothing in 20 s"
+        assert recycled, "the ring recycled nothing in 20 s"
         snaps = []
         for _ in range(3):
             assert_whole_window(read_trace_file(out), 3)  # strict: no damage from torn chunks
