@@ -12,7 +12,8 @@
 // APU: the devices also accept host buffers, so the scheduler copies nothing into them from host
 // memory, and their work reads host tensors in place when the queue runs it). Semantics follow
 // CUDA streams: buffer calls are synchronous and unordered with the stream; events capture the work
-// enqueued before the record.
+// enqueued before the record. On backend API 3, GGML_TRACE_VDEV_ALLOC_DEPS makes them declare allocation
+// dependencies from graph_optimize (be_graph_optimize).
 #include "virtual_device.h"
 
 #include <stdio.h>
@@ -177,6 +178,45 @@ void be_event_wait(ggml_backend_t backend, ggml_backend_event_t event) {
     w->wait_seq = e->seq;
     enqueue(stream_of(backend), w);
 }
+
+#if GGML_BACKEND_API_VERSION >= 3
+// Backend API 3: a backend's graph_optimize may tell the allocator that a tensor must stay allocated
+// until a later node of the split (params->add_alloc_dep); the scheduler adds each such dependency
+// as a GGML_OP_NONE node, with the kept tensors as srcs, to the graph it allocates (never to the
+// graph it computes). GGML_TRACE_VDEV_ALLOC_DEPS="T>U[,T>U...]" makes these devices declare them:
+// keep the tensor named T (a node of the split or a source of one: a split input's copy is named
+// "VDEV0#x#0") allocated until the node named U, when both are in the split. Read at every call,
+// so a program may set it before it allocates its graph.
+const ggml_tensor * named_in(const ggml_cgraph * graph, const char * name, size_t len, bool nodes_only) {
+    int n = g_cpu.graph_n_nodes((ggml_cgraph *) graph);
+    for (int i = 0; i < n; i++) {
+        const ggml_tensor * node = g_cpu.graph_node((ggml_cgraph *) graph, i);
+        for (int j = -1; j < (nodes_only ? 0 : GGML_MAX_SRC); j++) {
+            const ggml_tensor * t = j < 0 ? node : node->src[j];
+            if (t && strlen(t->name) == len && strncmp(t->name, name, len) == 0) return t;
+        }
+    }
+    return nullptr;
+}
+
+void be_graph_optimize(ggml_backend_t, ggml_cgraph * graph, ggml_backend_graph_optimize_params * params) {
+    const char * spec = getenv("GGML_TRACE_VDEV_ALLOC_DEPS");
+    if (!spec || !params || !params->add_alloc_dep) return;
+    for (const char * p = spec; *p;) {
+        const char * end = strchr(p, ',');
+        size_t n = end ? (size_t) (end - p) : strlen(p);
+        const char * gt = (const char *) memchr(p, '>', n);
+        if (gt) {
+            const ggml_tensor * keep = named_in(graph, p, (size_t) (gt - p), false);
+            const ggml_tensor * until = named_in(graph, gt + 1, n - (size_t) (gt - p) - 1, true);
+            if (keep && until && keep != until) {
+                params->add_alloc_dep(params->user_data, (ggml_tensor *) keep, (ggml_tensor *) until);
+            }
+        }
+        p += n + (end ? 1 : 0);
+    }
+}
+#endif
 
 ggml_guid_t vdev_guid() {
     static ggml_guid guid = {0x67, 0x67, 0x6d, 0x6c, 0x2d, 0x74, 0x72, 0x61, 0x63, 0x65, 0x2d, 0x76, 0x64, 0x65, 0x76, 0x00};
@@ -351,6 +391,9 @@ ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *) {
     iface.graph_compute = be_graph_compute;
     iface.event_record = be_event_record;
     iface.event_wait = be_event_wait;
+#if GGML_BACKEND_API_VERSION >= 3
+    iface.graph_optimize = be_graph_optimize;
+#endif
     ggml_backend_t backend = new ggml_backend{vdev_guid(), iface, dev, s};
     s->backend = backend;
     s->worker = std::thread(worker_main, s);

@@ -183,6 +183,23 @@ ggml_tensor * pipeline_input_reuse(Scenario & s, std::mt19937 & rng) {
     return s.on(s.dev(1), ggml_mul(s.ctx, l0, l0), "out");
 }
 
+// Backend API 3's allocation dependencies (upstream #27301): VDEV0's graph_optimize keeps its copy of
+// the split input h ("VDEV0#h#0") allocated until node c (add_alloc_dep), which the scheduler turns
+// into a GGML_OP_NONE node after c in the graph it allocates. Without the dependency a computes in place
+// on the copy's bytes (its only reader); with it, a gets bytes of its own and out, the first tensor
+// allocated after c, gets the copy's bytes. GGML_TRACE_VDEV_ALLOC_DEPS set by the caller (empty: none)
+// takes precedence; builds before API 3 have no dependencies, so the placement is the first one.
+//   x -> [CPU] h = 2x -> [VDEV0] a = 3h, b = a/2 + 1, c = b/4 (h kept until c), out = cont(c)
+ggml_tensor * alloc_dep(Scenario & s, std::mt19937 & rng) {
+    setenv("GGML_TRACE_VDEV_ALLOC_DEPS", "VDEV0#h#0>c", 0);  // read by VDEV0 when the graph is allocated
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * h = s.on(s.cpu, ggml_scale(s.ctx, x, 2.0f), "h");
+    ggml_tensor * a = s.on(s.dev(0), ggml_scale(s.ctx, h, 3.0f), "a");
+    ggml_tensor * b = s.on(s.dev(0), ggml_scale_bias(s.ctx, a, 0.5f, 1.0f), "b");
+    ggml_tensor * c = s.on(s.dev(0), ggml_scale(s.ctx, b, 0.25f), "c");
+    return s.on(s.dev(0), ggml_cont(s.ctx, c), "out");
+}
+
 // llama.cpp PR #28874's stall, pipeline parallelism off: each device's split takes the previous
 // device's result (a cross-device copy) and then a user input, in that order. The scheduler copies a
 // split's inputs in order, and for the user input it synchronizes the split's backend, whose queue
@@ -434,6 +451,7 @@ const Entry SCENARIOS[] = {
     {"pipeline", pipeline, 3, false},
     {"pipeline-input-reuse", pipeline_input_reuse, 2, true},
     {"user-input-stall", user_input_stall, 3, false},
+    {"alloc-dep", alloc_dep, 1, false},
 };
 
 uint64_t fnv(const void * p, size_t n) {

@@ -10,7 +10,7 @@ from .programs import bin_dir, hooks, program
 from .record import trace_env
 
 SCENARIOS = ["inputless-reuse", "cpu-async-cpu", "y-graph", "x-graph", "pipeline", "pipeline-input-reuse",
-             "random-dag", "user-input-stall", "meta-allreduce"]
+             "random-dag", "user-input-stall", "meta-allreduce", "alloc-dep"]
 BACKENDS = ["vdev", "vulkan"]
 META_SCENARIOS = {"meta-allreduce"}  # a meta (tensor-parallel) device over --devices VDEVs
 SIZED_SCENARIOS = META_SCENARIOS | {"user-input-stall"}  # spread over --devices VDEVs (the others: their own)
