@@ -4,87 +4,13 @@ import json
 import sys
 from pathlib import Path
 
-from . import diagnose as diag
 from . import hooks as hooks_mod
 from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
 from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, read_in_windows, run_guarded,
                          say, shown)
-from .delay_spec import ENV as DELAY_ENV, DelaySpecError
-from . import snapshots
-from .record import record, ring_env
-from .record_args import _latencies, add_program_options, hooks_library, patched_ggml, program_env
+from .record_args import _latencies
 from ..analysis.allreduce import describe as describe_allreduce
 from ..analysis.build_info import describe as describe_build
-
-
-def cmd_record(args) -> int:
-    if not args.cmd:
-        print("ggml-trace record: give the program to run after --", file=sys.stderr)
-        return 2
-    try:
-        lib = hooks_library(args)
-        ggml_dir = patched_ggml(args)
-    except hooks_mod.HooksNotFound as e:
-        print(f"ggml-trace record: {e}", file=sys.stderr)
-        return 2
-    if ggml_dir:  # a patched build of the program's ggml: run the program on it
-        say(f"ggml-trace: {args.cmd[0]} runs on the ggml of build {args.build} ({ggml_dir})")
-    env = program_env(args)
-    if args.ring:
-        try:
-            env.update(ring_env(args.ring, args.ring_max))
-        except ValueError as e:
-            print(f"ggml-trace record: {e}", file=sys.stderr)
-            return 2
-    elif args.ring_max:
-        print("ggml-trace record: --ring-max goes with --ring SECONDS", file=sys.stderr)
-        return 2
-    if args.check and args.check_every <= 0:
-        print("ggml-trace record: --check-every must be above 0", file=sys.stderr)
-        return 2
-    try:
-        rec = record(args.cmd, lib, Path(args.output), paused=args.paused, env=env, nvml=args.nvml,
-                     nvml_interval_ms=args.nvml_interval_ms, delays=args.delay, check=args.check,
-                     check_every=args.check_every, on_snapshot=_say_snapshot)
-    except DelaySpecError as e:
-        print(f"ggml-trace record: {e} (see docs/delay.md)", file=sys.stderr)
-        return 2
-    except hooks_mod.HooksNotFound as e:
-        print(f"ggml-trace record: {e}", file=sys.stderr)
-        return 2
-    rules = ";".join(args.delay or []) or env.get(DELAY_ENV, "")
-    if rules:
-        print(f"ggml-trace: delay rules in effect: {rules} (injected delays: trace.delays)", file=sys.stderr)
-    if not rec.traces:
-        print(f"ggml-trace: {args.cmd[0]} ({rec.describe_exit()}) wrote no trace: it never created a "
-              "ggml backend scheduler, or the hooks did not match its ggml (see the message above)",
-              file=sys.stderr)
-    for t in rec.traces:
-        print(f"ggml-trace: trace written to {t} ({t.stat().st_size} bytes; program {rec.describe_exit()})",
-              file=sys.stderr)
-    if rec.nvml:
-        print(f"ggml-trace: {rec.nvml}", file=sys.stderr)
-    return rec.returncode if rec.returncode >= 0 else 128 - rec.returncode
-
-
-def _say_snapshot(snap, why: str):
-    if isinstance(snap, str):
-        say(f"ggml-trace: {why}: no snapshot: {printable(snap)}")
-    else:
-        say(f"ggml-trace: {why}: snapshot {shown(snap.path)} ({snap.chunks} chunks"
-            + (f", {snap.skipped} recycled while read" if snap.skipped else "") + ")")
-
-
-def cmd_snapshot(args) -> int:
-    source = int(args.source) if args.source.isdigit() else Path(args.source)
-    try:
-        snap = snapshots.take(source, args.output)
-    except snapshots.SnapshotError as e:
-        say(f"ggml-trace snapshot: {printable(e)}")
-        return EXIT_BAD_INPUT
-    _say_snapshot(snap, "snapshot")
-    print(snap.path)
-    return 0
 
 
 def cmd_summary(args) -> int:
@@ -360,19 +286,6 @@ def cmd_replay(args) -> int:
     return 1 if r.verdict == "RED" else 0
 
 
-def cmd_diagnose(args) -> int:
-    def log(line):
-        say(f"ggml-trace diagnose: {printable(line)}")
-
-    try:
-        d = diag.diagnose(args, log)
-    except (diag.DiagnoseError, hooks_mod.HooksNotFound, DelaySpecError) as e:
-        say(f"ggml-trace diagnose: {printable(e)}")
-        return EXIT_BAD_INPUT
-    print("\n".join(printable(line) for line in diag.format_diagnosis(d).split("\n")))  # names from the trace
-    return d.status
-
-
 def cmd_builds(args) -> int:
     for name, d in hooks_mod.pinned_builds().items():
         print(f"{name}\t{d / hooks_mod.HOOKS_NAME}")
@@ -409,25 +322,9 @@ def main(argv=None) -> int:
     ap.add_argument("--version", action="version", version=f"ggml-trace {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("record", help="run a program under the hooks and write a trace")
-    p.add_argument("-o", "--output", default="ggml-trace.ggmltrace", help="trace file (default: %(default)s)")
-    add_program_options(p)
-    p.add_argument("--paused", action="store_true", help="start paused; the program calls tracer.start()")
-    p.add_argument("--ring", metavar="SECONDS|SIZE",
-                   help="flight recorder: keep only the last SECONDS (e.g. 5) or SIZE (e.g. 256M) of the "
-                        "run in a bounded file; metadata and names are always kept (docs/flight-recorder.md)")
-    p.add_argument("--ring-max", metavar="SIZE", help="with --ring SECONDS: the most the ring may take (default 1G)")
-    p.add_argument("--check", metavar="CMD",
-                   help="shell command run every --check-every seconds while the program runs; when it "
-                        "starts failing, a snapshot of the trace is kept (GGML_TRACE_PID is the program's pid)")
-    p.add_argument("--check-every", type=float, default=1.0, metavar="S", help="(default: %(default)g)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
-    p.set_defaults(fn=cmd_record)
+    from .cli_record import add_record_commands
 
-    p = sub.add_parser("snapshot", help="copy the trace of a running program (a flight recorder's window)")
-    p.add_argument("source", help="the traced program's PID, or its trace file")
-    p.add_argument("-o", "--output", help="where (default: TRACE.snapshot-N.ggmltrace beside the trace)")
-    p.set_defaults(fn=cmd_snapshot)
+    add_record_commands(sub)
 
     p = sub.add_parser("summary", help="per-backend splits, copies, synchronizations")
     add_reading_args(p, together=True)
@@ -531,30 +428,9 @@ def main(argv=None) -> int:
 
     add_view_commands(sub)
 
-    p = sub.add_parser("diagnose", help="run a program N times traced and once on one device, compare the outputs, "
-                       "find, force and reduce its races, and write a bug report (exit 1: a race, a wrong output, a "
-                       "crash or a hang; 0: none; docs/diagnose.md)")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="where the report and the runs go")
-    p.add_argument("--runs", type=int, default=diag.DEFAULT_RUNS, help="traced runs (default: %(default)s)")
-    ref = p.add_mutually_exclusive_group()
-    ref.add_argument("--reference-dev", metavar="DEV",
-                     help="the reference runs the program with -dev DEV (default: none, llama.cpp's CPU alone)")
-    ref.add_argument("--reference", metavar="ARGS",
-                     help="the reference runs the program with these arguments in place of the same options "
-                          "(others appended), e.g. '-ngl 0' or '-dev Vulkan0 -sm none'")
-    ref.add_argument("--no-reference", action="store_true",
-                     help="no reference run: compare the traced runs among themselves (a program that is not llama.cpp's)")
-    add_program_options(p)
-    p.add_argument("--timeout", type=float, default=diag.DEFAULT_TIMEOUT_S, metavar="S",
-                   help="a run still going after S seconds is taken as hung and ended (default: %(default)g)")
-    p.add_argument("--max-races", type=int, default=diag.MAX_RACES, metavar="N",
-                   help="races forced and reduced, the most frequent first (default: %(default)s)")
-    p.add_argument("--force-runs", type=int, default=diag.FORCE_RUNS, metavar="N",
-                   help="forced runs per race (default: %(default)s; 0: do not force)")
-    p.add_argument("--replay-runs", type=int, default=diag.REPLAY_RUNS, metavar="N",
-                   help="replays of each reduction on the run's build (default: %(default)s; 0: do not reduce)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
-    p.set_defaults(fn=cmd_diagnose)
+    from .cli_diagnose import add_diagnose_command
+
+    add_diagnose_command(sub)
 
     p = sub.add_parser("builds", help="list the ggml builds that have hooks")
     p.set_defaults(fn=cmd_builds)

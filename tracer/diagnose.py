@@ -17,12 +17,14 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .issue import main_race, write_issue
 from .outputs import NOTE as COMPARED, first_difference, group_outputs, output_of, same_output
 from .record import Recording, record
-from .record_args import hooks_library, patched_ggml, program_env
+from .record_args import Program, TraceOptions, hooks_library, patched_ggml, program_env
 
 DEFAULT_RUNS = 5
 DEFAULT_TIMEOUT_S = 600.0
@@ -30,6 +32,9 @@ MAX_RACES = 3  # races forced and reduced, the most frequent first
 FORCE_RUNS = 3
 REPLAY_RUNS = 3
 DEFAULT_REFERENCE_DEV = "none"  # llama.cpp's programs: `-dev none` is the CPU alone
+# split modes that cannot run on one device (llama.cpp's tensor parallelism needs a device to split
+# over, and fails with `-dev none`): the reference runs unsplit, `-sm none`
+SEVERAL_DEVICES = ("tensor",)
 # llama.cpp's spellings of one option, so that --reference replaces either
 ALIASES = [("-dev", "--device"), ("-ngl", "--gpu-layers", "--n-gpu-layers"), ("-sm", "--split-mode"),
            ("-ts", "--tensor-split"), ("-mg", "--main-gpu"), ("-ot", "--override-tensor"),
@@ -40,6 +45,39 @@ OURS = ("ISSUE.md", "timeline.png", "report.html", "diagnosis.json", "runs", "re
 
 class DiagnoseError(RuntimeError):
     """diagnose cannot do what it was asked; the message says why, in one line."""
+
+
+@dataclass
+class DiagnoseOptions:
+    """What `ggml-trace diagnose` is asked (docs/diagnose.md): the folder it writes, the runs, the
+    reference (`reference`: arguments put into the command; `reference_dev`: the device it runs
+    on, default DEFAULT_REFERENCE_DEV; `no_reference`: none), how the traced runs run (`trace`),
+    how much is forced and reduced. `invocation`: the command's own arguments as given, which the
+    report shows (default: written from these options)."""
+
+    output: str | Path
+    runs: int = DEFAULT_RUNS
+    reference: str | None = None
+    reference_dev: str | None = None
+    no_reference: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+    max_races: int = MAX_RACES
+    force_runs: int = FORCE_RUNS
+    replay_runs: int = REPLAY_RUNS
+    trace: TraceOptions = field(default_factory=TraceOptions)
+    invocation: list | None = None
+
+    def arguments(self, program: Program) -> list[str]:
+        """`ggml-trace` arguments that ask for this diagnosis of `program` (as given, when known)."""
+        if self.invocation:
+            return list(self.invocation)
+        out = ["diagnose", "-o", str(self.output)]
+        defaults = DiagnoseOptions(self.output)
+        for name in ("runs", "reference", "reference_dev", "timeout", "max_races", "force_runs", "replay_runs"):
+            value = getattr(self, name)
+            if value != getattr(defaults, name):
+                out += [f"--{name.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
+        return out + (["--no-reference"] if self.no_reference else []) + self.trace.arguments() + ["--", *program.cmd]
 
 
 @dataclass
@@ -86,6 +124,7 @@ class Race:
     runs: list
     manifested_runs: list
     verdicts: dict
+    manifested: bool = False  # its verdict was "manifested" (proven out of order) in a run at least
     force: dict | None = None  # the force result's JSON form, less its per-run details
     force_error: str | None = None
     forced_outputs: list = field(default_factory=list)  # per forced run: "reference", a run's name ("run-2": its wrong output), "new"
@@ -103,6 +142,7 @@ class Diagnosis:
     runs: list
     reference: Run | None
     reference_argv: list | None
+    reference_failed: str | None = None  # how the reference ended and its last line on stderr, when not well
     compared: str = COMPARED
     outputs: int = 0  # distinct outputs among the traced runs
     differing_runs: list = field(default_factory=list)  # runs whose output is not the reference's
@@ -116,6 +156,12 @@ class Diagnosis:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @property
+    def has_reference(self) -> bool:
+        """A reference output to compare with: the reference ran and ended well. Without one, the
+        traced runs are compared among themselves only, and no output is called wrong."""
+        return self.reference is not None and self.reference_failed is None
 
 
 # -- the reference ---------------------------------------------------------------------------------
@@ -161,20 +207,33 @@ def with_options(argv: list, extra: list) -> list:
     return out
 
 
+def _option_value(argv: list, option: str) -> str | None:
+    """The value `argv` gives `option` (any of its spellings; `-sm tensor` or `--split-mode=tensor`)."""
+    names = _aliases(option)
+    for i, w in enumerate(argv[1:], 1):
+        name, eq, value = w.partition("=")
+        if name in names:
+            return value if eq else argv[i + 1] if i + 1 < len(argv) else None
+    return None
+
+
 def reference_argv(argv: list, reference: str | None, reference_dev: str | None) -> list:
     """The reference's command line: `--reference ARGS` put into the program's arguments, else
-    `-dev DEV` (default: none, llama.cpp's CPU alone)."""
+    `-dev DEV` (default: none, llama.cpp's CPU alone), with `-sm none` in place of a split mode that
+    needs several devices (SEVERAL_DEVICES)."""
     if reference is not None:
         return with_options(argv, shlex.split(reference))
-    return with_options(argv, ["-dev", reference_dev or DEFAULT_REFERENCE_DEV])
+    one_device = ["-dev", reference_dev or DEFAULT_REFERENCE_DEV]
+    if _option_value(argv, "-sm") in SEVERAL_DEVICES:
+        one_device += ["-sm", "none"]
+    return with_options(argv, one_device)
 
 
-def _reference_env(args) -> dict:
+def _reference_env(ggml_dir: Path | None) -> dict:
     """Our environment without the hooks' variables (no virtual devices, no tracing), on the
-    patched ggml where --build names one."""
+    patched ggml where --build names one (`ggml_dir`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_TRACE_")}
     env.pop("LD_PRELOAD", None)
-    ggml_dir = patched_ggml(args)
     if ggml_dir:
         from .hooks import libraries_first
 
@@ -193,6 +252,12 @@ def _run_reference(cmd: list, env: dict, out: Path, timeout: float) -> Run:
             proc.kill()
             rec = Recording(proc.wait(), timed_out=True)
     return _run_of("reference", rec, out, time.monotonic() - t0)
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a file (a program's stderr), "" when there is none."""
+    lines = [x.strip() for x in path.read_bytes().decode("utf-8", "replace").splitlines() if x.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def _run_of(name: str, rec: Recording, out: Path, seconds: float) -> Run:
@@ -223,20 +288,20 @@ def analyse(path: Path, run: Run) -> None:
     run.summary = summarize(t)["backends"]
 
 
-def _run_words(run: Run, reference: Run | None) -> str:
+def _run_words(run: Run) -> str:
     """The progress line of one traced run."""
     if run.differs_from_reference is None:
         out = f"output {run.output_bytes} bytes"
     elif run.differs_from_reference:
         out = f"output DIFFERS from the reference (at byte {run.first_difference})"
     else:
-        out = "output as the reference"
+        out = "output as the reference" + (" as far as it went" if run.returncode < 0 or run.timed_out else "")
     if run.analysis_error:
         found = f"not analysed: {run.analysis_error}"
     elif run.races:
-        n = {v: sum(r["verdict"] == v for r in run.races) for v in ("manifested", "latent", "undetermined")}
+        n = Counter(r["verdict"] for r in run.races)
         found = f"{len(run.races)} race{'s' if len(run.races) != 1 else ''} (" + ", ".join(
-            f"{k} {v}" for k, v in n.items() if v) + ")"
+            f"{k} {v}" for k, v in n.items()) + ")"
     else:
         found = "no race"
     return f"{run.exit} in {run.seconds:.1f} s; {out}; {found}"
@@ -244,17 +309,16 @@ def _run_words(run: Run, reference: Run | None) -> str:
 
 # -- forcing and reducing ----------------------------------------------------------------------------
 
-def _force(m: Race, d: Diagnosis, folder: Path, args, log) -> None:
+def _force(m: Race, d: Diagnosis, folder: Path, options: DiagnoseOptions, log) -> None:
     from ..analysis import TraceFormatError
 
     from .force import ForceError, force
 
     trace = folder / "runs" / f"{m.run}.ggmltrace"
-    reference = d.reference
-    expect = folder / reference.stdout if reference is not None and not reference.failed else None
+    expect = folder / d.reference.stdout if d.has_reference and d.reference else None
     try:
-        r = force(trace, race=m.number_in_run, runs=args.force_runs, baseline_runs=0 if expect else 1,
-                  expect_output=expect, out_dir=folder / "runs" / f"force-{m.number}", hooks=args.hooks)
+        r = force(trace, race=m.number_in_run, runs=options.force_runs, baseline_runs=0 if expect else 1,
+                  expect_output=expect, out_dir=folder / "runs" / f"force-{m.number}", hooks=options.trace.hooks)
     except (ForceError, TraceFormatError, OSError) as e:
         m.force_error = str(e)
         log(f"race {m.number}: not forced: {e}")
@@ -272,20 +336,20 @@ def _forced_output(folder: Path, detail: dict, d: Diagnosis) -> str:
     out = Path(detail["stdout"]).read_bytes()
     if detail["returncode"] != 0:
         out += f"\n[exit status {detail['returncode']}]".encode()
-    if d.reference is not None and same_output(out, output_of(folder, d.reference)):
+    if d.has_reference and d.reference and same_output(out, output_of(folder, d.reference)):
         return "reference"
-    seen = [r for r in d.runs if r.differs_from_reference or d.reference is None]
+    seen = [r for r in d.runs if r.differs_from_reference or not d.has_reference]
     return next((r.name for r in seen if same_output(out, output_of(folder, r))), "new")
 
 
-def _reduce(m: Race, folder: Path, first: bool, args, log) -> None:
+def _reduce(m: Race, folder: Path, first: bool, options: DiagnoseOptions, log) -> None:
     from ..analysis import TraceFormatError
 
     from .reduce import ReduceError, reduce
 
     out = folder / ("repro" if first else f"repro-{m.number}")
     try:
-        r = reduce(folder / "runs" / f"{m.run}.ggmltrace", out, race=m.number_in_run, expect_runs=args.replay_runs)
+        r = reduce(folder / "runs" / f"{m.run}.ggmltrace", out, race=m.number_in_run, expect_runs=options.replay_runs)
     except (ReduceError, TraceFormatError, ValueError, RuntimeError, OSError) as e:
         m.reduce_why = str(e)
         log(f"race {m.number}: not reduced: {e}")
@@ -302,14 +366,18 @@ def _reduce(m: Race, folder: Path, first: bool, args, log) -> None:
 
 
 def _explains(m: Race, d: Diagnosis) -> list:
-    """The evidence, in words, that race `m` explains the wrong output (none: it does not)."""
-    out = []
+    """The evidence, in words, that race `m` explains the wrong output (none: it does not). Only a
+    proof counts: the race manifested (its verdict, out of order), in the traced runs or in forced
+    ones; and only against a reference output (without one, no output is known to be wrong)."""
+    out: list = []
+    if not d.has_reference:
+        return out
     wrong = set(d.differing_runs)
     if wrong and set(m.manifested_runs) == wrong:
         out.append(f"it manifested in exactly the {len(wrong)} run{'s' if len(wrong) != 1 else ''} whose output "
                    "differed from the reference")
     f = m.force or {}
-    if f.get("verdict") == "diverged":
+    if f.get("verdict") == "diverged" and f.get("manifested_runs"):  # force says diverged only where it manifested
         seen = sorted({o for o in m.forced_outputs if o.startswith("run-")})
         out.append(f"delaying its earlier operation made {f['diverged_runs']} of {f['runs']} forced runs print a wrong "
                    "output" + (f" ({' and '.join(s + chr(39) + 's' for s in seen)})" if seen else ""))
@@ -336,37 +404,42 @@ def _prepare(folder: Path) -> None:
     (folder / "runs").mkdir(parents=True, exist_ok=True)
 
 
-def diagnose(args, log=lambda line: None) -> Diagnosis:
-    """The diagnosis of `args.cmd` (see the module docstring); `args` as `ggml-trace diagnose`
-    parses them. Raises DiagnoseError (and HooksNotFound, DelaySpecError) when it cannot run."""
-    if not args.cmd:
+def diagnose(program: Program, options: DiagnoseOptions, log=lambda line: None) -> Diagnosis:
+    """The diagnosis of `program` (see the module docstring), as `options` ask; `log` gets a line
+    per step. Raises DiagnoseError (and HooksNotFound, DelaySpecError) when it cannot run."""
+    if not program.cmd:
         raise DiagnoseError("give the program to run after --")
-    if args.runs < 1:
+    if options.runs < 1:
         raise DiagnoseError("--runs must be at least 1")
-    lib = hooks_library(args)
-    env = program_env(args)
-    folder = Path(args.output)
+    lib = hooks_library(program, options.trace)
+    ggml_dir = patched_ggml(program, options.trace)
+    env = program_env(options.trace, ggml_dir)
+    folder = Path(options.output)
     _prepare(folder)
     runs_dir = folder / "runs"
-    d = Diagnosis(str(folder), list(args.invocation), list(args.cmd), os.getcwd(), [], None, None)
+    d = Diagnosis(str(folder), options.arguments(program), list(program.cmd), os.getcwd(), [], None, None)
 
-    if not args.no_reference:
-        d.reference_argv = reference_argv(args.cmd, args.reference, args.reference_dev)
+    if not options.no_reference:
+        d.reference_argv = reference_argv(program.cmd, options.reference, options.reference_dev)
         log(f"reference: {shlex.join(d.reference_argv)} (untraced)")
         try:
-            d.reference = _run_reference(d.reference_argv, _reference_env(args), runs_dir, args.timeout)
+            d.reference = _run_reference(d.reference_argv, _reference_env(ggml_dir), runs_dir, options.timeout)
         except OSError as e:
             raise DiagnoseError(f"the reference run did not start: {e}") from None
         log(f"reference: {d.reference.exit} in {d.reference.seconds:.1f} s, {d.reference.output_bytes} bytes of output")
+        if d.reference.failed:  # its output is no reference: the runs are compared among themselves
+            last = _last_line(folder / d.reference.stderr)
+            d.reference_failed = d.reference.exit + (f": {last}" if last else "")
+            log(f"reference failed ({d.reference_failed}): the traced runs are compared among themselves only")
 
-    for i in range(1, args.runs + 1):
+    for i in range(1, options.runs + 1):
         name = f"run-{i}"
         t0 = time.monotonic()
         with open(runs_dir / f"{name}.stdout", "wb") as so, open(runs_dir / f"{name}.stderr", "wb") as se:
             try:
-                rec = record(args.cmd, lib, runs_dir / f"{name}.ggmltrace", env=env, nvml=args.nvml,
-                             nvml_interval_ms=args.nvml_interval_ms, delays=args.delay, stdout=so, stderr=se,
-                             stdin=subprocess.DEVNULL, timeout=args.timeout)
+                rec = record(program.cmd, lib, runs_dir / f"{name}.ggmltrace", env=env, nvml=options.trace.nvml,
+                             nvml_interval_ms=options.trace.nvml_interval_ms, delays=options.trace.delays,
+                             stdout=so, stderr=se, stdin=subprocess.DEVNULL, timeout=options.timeout)
             except OSError as e:
                 raise DiagnoseError(f"the program did not start: {e}") from None
         run = _run_of(name, rec, runs_dir, time.monotonic() - t0)
@@ -378,24 +451,27 @@ def diagnose(args, log=lambda line: None) -> Diagnosis:
                 run.analysis_error = f"{type(e).__name__}: {e}"
         else:
             run.analysis_error = "no trace: the program created no ggml scheduler, or the hooks refused its ggml"
-        if d.reference is not None:
+        if d.has_reference and d.reference:
             mine, ref = output_of(folder, run), output_of(folder, d.reference)
             run.differs_from_reference = not same_output(mine, ref)
             if run.differs_from_reference:
                 run.first_difference = first_difference(mine, ref)
         d.runs.append(run)
-        log(f"run {i} of {args.runs}: {_run_words(run, d.reference)}")
+        log(f"run {i} of {options.runs}: {_run_words(run)}")
 
-    return conclude(d, folder, args, log)
+    return conclude(d, folder, options, log)
 
 
-def conclude(d: Diagnosis, folder: Path, args, log=lambda line: None) -> Diagnosis:
+def conclude(d: Diagnosis, folder: Path, options: DiagnoseOptions, log=lambda line: None) -> Diagnosis:
     """What the runs of `d` (their outputs and traces in `folder`) show: outputs grouped, races merged,
-    forced and reduced (as many as args.max_races, args.force_runs and args.replay_runs allow), the
+    forced and reduced (as many as options.max_races, force_runs and replay_runs allow), the
     verdict; then the picture, the page, ISSUE.md and diagnosis.json written."""
-    everyone = ([d.reference] if d.reference else []) + d.runs
-    for run, g in zip(everyone, group_outputs([output_of(folder, r) for r in everyone])):
+    # a failed reference is shown as it ended, but in no group: the traced runs' groups start at 0
+    compared = ([d.reference] if d.has_reference and d.reference else []) + d.runs
+    for run, g in zip(compared, group_outputs([output_of(folder, r) for r in compared])):
         run.output_group = g
+    if d.reference is not None and not d.has_reference:
+        d.reference.output_group = -1
     d.outputs = len({r.output_group for r in d.runs})
     d.differing_runs = [r.name for r in d.runs if r.differs_from_reference]
     if not any(r.trace and not r.analysis_error for r in d.runs):
@@ -404,36 +480,39 @@ def conclude(d: Diagnosis, folder: Path, args, log=lambda line: None) -> Diagnos
         raise DiagnoseError(f"no run left a trace to analyse (the program: {how}; {why}); see "
                             f"{folder / 'runs'}/run-1.stderr")
 
-    from ..analysis.race_match import merge_runs
+    from ..analysis.race_match import identity, merge_runs
 
     merged = merge_runs({r.name: r.races for r in d.runs if r.races})
-    d.races = [Race(i, m["race"], m["run"], m["number"], m["runs"], m["manifested_runs"], m["verdicts"])
-               for i, m in enumerate(merged, 1)]
-    for k, m in enumerate(d.races[:args.max_races]):
+    # where each race manifested, by its verdict there (proven out of order), not by any overlap
+    verdict_in = {(r.name, identity(x)): x["verdict"] for r in d.runs for x in r.races}
+    d.races = []
+    for i, m in enumerate(merged, 1):
+        proven = [n for n in m["runs"] if verdict_in[(n, identity(m["race"]))] == "manifested"]
+        d.races.append(Race(i, m["race"], m["run"], m["number"], m["runs"], proven, m["verdicts"],
+                            manifested=bool(proven)))
+    for k, m in enumerate(d.races[:options.max_races]):
         log(f"race {m.number} (in {len(m.runs)} of {len(d.runs)} runs, manifested in {len(m.manifested_runs)}): "
             f"{m.race['missing']}")
-        if args.force_runs > 0:
-            _force(m, d, folder, args, log)
-        if args.replay_runs > 0:
-            _reduce(m, folder, not any(x.reduction for x in d.races[:k]), args, log)
+        if options.force_runs > 0:
+            _force(m, d, folder, options, log)
+        if options.replay_runs > 0:
+            _reduce(m, folder, not any(x.reduction for x in d.races[:k]), options, log)
     for m in d.races:
         m.explains = _explains(m, d)
     d.explained_by = next((m.number for m in d.races if m.explains), None)
     d.trace_for_views = _trace_for_views(d)
     d.status, d.headline = verdict(d)
-    d.not_covered = not_covered(d, args)
+    d.not_covered = not_covered(d, options)
     write_views(d, folder)
-    from .issue import write_issue
-
     (folder / "ISSUE.md").write_text(write_issue(d, folder), encoding="utf-8")
     (folder / "diagnosis.json").write_text(json.dumps(d.to_json(), indent=1, default=str) + "\n")
     return d
 
 
 def _trace_for_views(d: Diagnosis) -> str | None:
-    """The trace the picture and the page show: the race's run (the explaining race, else the most
-    frequent), else the first crashed run, else the first run with a trace."""
-    top = next((m for m in d.races if m.number == d.explained_by), d.races[0] if d.races else None)
+    """The trace the picture and the page show: the main race's run (main_race), else the first
+    crashed run, else the first run with a trace."""
+    top = main_race(d)
     if top:
         return f"runs/{top.run}.ggmltrace"
     failed = [r for r in d.runs if r.trace and r.failed]
@@ -458,27 +537,31 @@ def verdict(d: Diagnosis) -> tuple[int, str]:
     if d.outputs > 1:
         parts.append(f"{d.outputs} distinct outputs in {n} runs")
     if d.races:
-        m = next((x for x in d.races if x.number == d.explained_by), d.races[0])
         parts.append(f"{len(d.races)} race{'s' if len(d.races) != 1 else ''} found"
-                     + (f"; race {m.number} explains the wrong output" if d.explained_by else ""))
+                     + (f"; race {d.explained_by} explains the wrong output" if d.explained_by else ""))
+    failed = [f"the reference failed ({d.reference.exit}): the runs are compared among themselves"] \
+        if d.reference is not None and not d.has_reference else []
     if parts:
-        return 1, "; ".join(parts)
-    same = "outputs identical to the reference" if d.reference else "outputs identical"
-    return 0, f"no race in {n} run{'s' if n != 1 else ''}; {same}"
+        return 1, "; ".join(failed + parts)
+    same = "outputs identical to the reference" if d.has_reference else "outputs identical"
+    return 0, "; ".join(failed + [f"no race in {n} run{'s' if n != 1 else ''}; {same}"])
 
 
-def not_covered(d: Diagnosis, args) -> list:
+def not_covered(d: Diagnosis, options: DiagnoseOptions) -> list:
     """What a diagnosis does not cover, in words (said with every answer, above all a clean one)."""
     out = [f"timings other than these {len(d.runs)} runs': a race shows only where both accesses were traced, "
            "and a latent one only as close as these runs came (`ggml-trace force` makes one manifest)",
            "synchronization the hooks do not trace (thread joins, locks): two threads that use it are "
            "reported as racing, never the reverse",
            "other prompts, models, batch sizes and devices than this command's"]
-    if not args.device_timing and not args.virtual_devices:
+    if not options.trace.device_timing and not options.trace.virtual_devices:
         out.append("when async work ran on its device: without --device-timing, verdicts rest on host times "
                    "(undetermined)")
     if d.reference is None:
         out.append("a reference output: without one, only differences between the runs show")
+    elif not d.has_reference:
+        out.append(f"a reference output: the reference failed ({d.reference_failed}), so only differences "
+                   "between the runs show (--reference ARGS gives it other arguments)")
     return out
 
 
@@ -496,7 +579,7 @@ def write_views(d: Diagnosis, folder: Path) -> None:
         t = load(path)
     except Exception:  # noqa: BLE001 - a crashed run's cut file: what can be read of it
         t = load(path, strict=False)
-    m = next((x for x in d.races if x.number == d.explained_by), d.races[0] if d.races else None)
+    m = main_race(d)
     name = Path(d.trace_for_views).name
     last = any(r.failed for r in d.runs)
     window = None if m else _graph_window(t, last)
@@ -547,7 +630,9 @@ def format_diagnosis(d: Diagnosis) -> str:
     """What `ggml-trace diagnose` prints: the verdict, each race forced or reduced, what was compared,
     what was written."""
     lines = [d.headline]
-    if d.reference is not None:
+    if d.reference is not None and not d.has_reference:
+        lines.append(f"reference: {d.reference_failed}; the traced runs compared among themselves: {d.compared}")
+    elif d.reference is not None:
         lines.append(f"reference: {d.reference.exit}, {d.reference.output_bytes} bytes of output; outputs compared: "
                      f"{d.compared}")
     for m in d.races:

@@ -132,7 +132,7 @@ def _op(side: dict) -> str:
 
 def title(d) -> str:
     build = _build_name(d)
-    m = _main_race(d)
+    m = main_race(d)
     what = ("Wrong output" if d.differing_runs else "Varying output" if d.outputs > 1
             else "Crash" if any(r.crashed for r in d.runs) else "Hang" if any(r.timed_out for r in d.runs)
             else "Race" if d.races else "No race")
@@ -150,28 +150,35 @@ def title(d) -> str:
         return f"{what} on {_devices(d)}: {detail} (llama.cpp {build})"
     a, b = m.race["a"], m.race["b"]
     ta, tb = one_line(a["tensor"] or "host memory", 60), one_line(b["tensor"] or "host memory", 60)
+    # that it happened out of order is said only where a trace proves it (verdict "manifested")
     if a["mode"] == "read" and b["mode"] == "write":
-        how = f"{_op(b)} overwrites {ta} before {_op(a)} has read it"
+        how = f"{_op(b)} {'overwrites' if m.manifested else 'can overwrite'} {ta} before {_op(a)} has read it"
     elif a["mode"] == "write" and b["mode"] == "read":
-        how = f"{_op(b)} reads {tb} before {_op(a)} has written it"
+        how = f"{_op(b)} {'reads' if m.manifested else 'can read'} {tb} before {_op(a)} has written it"
     else:
         how = f"{_op(a)} and {_op(b)} write {ta} with nothing ordering them"
     return f"{what} on {_devices(d)}: {one_line(how, 200)} (llama.cpp {build})"
 
 
-def _main_race(d):
-    return next((m for m in d.races if m.number == d.explained_by), d.races[0] if d.races else None)
+def main_race(d):
+    """The race a report is about: the one that explains the wrong output, else the most frequent
+    that manifested, else the most frequent."""
+    return next((m for m in d.races if m.number == d.explained_by), None) or \
+        next((m for m in d.races if m.manifested), d.races[0] if d.races else None)
 
 
 def finding(d) -> str:
     """The finding in one sentence (which operations race, and why that explains the output), then
     what the runs showed (**Seen:**)."""
     n = len(d.runs)
-    m = _main_race(d)
+    m = main_race(d)
     seen = []
+    if d.reference is not None and not d.has_reference:
+        seen.append(f"the reference run failed ({text(scrub(d.reference_failed or '', d.cwd))}), so the traced "
+                    "runs are compared among themselves only")
     if d.differing_runs:
         seen.append(f"the output differed from the reference in {len(d.differing_runs)} of {n} runs")
-    elif d.reference is not None and not d.races:
+    elif d.has_reference and not d.races:
         seen.append(f"{'the run' if n == 1 else f'all {n} runs'} printed the reference's output")
     if d.outputs > 1:
         seen.append(f"{d.outputs} distinct outputs in {n} runs")
@@ -200,14 +207,18 @@ def finding(d) -> str:
 
 def _outputs(d, folder: Path, previews: bool = True) -> list[str]:
     lines = [f"Compared: {d.compared}."]
-    everyone = ([d.reference] if d.reference else []) + d.runs
-    ref_group = d.reference.output_group if d.reference else None
+    if d.reference is not None and not d.has_reference:
+        lines.append("The reference failed (see below): the outputs are the traced runs', compared among "
+                     "themselves.")
+    everyone = ([d.reference] if d.has_reference else []) + d.runs
+    ref_group = d.reference.output_group if d.has_reference and d.reference else None
     rows = ["| output | runs | bytes | exit | vs the reference |", "|---|---|---|---|---|"]
     shown = []
     groups = list(dict.fromkeys(r.output_group for r in everyone))
     for g in groups[:MAX_OUTPUTS]:
         members = [r for r in everyone if r.output_group == g]
-        first = members[0]
+        # shown: the reference, else the longest (a run stopped early printed a prefix of it)
+        first = next((r for r in members if r is d.reference), max(members, key=lambda r: r.output_bytes))
         names = ", ".join("reference" if r is d.reference else r.name.removeprefix("run-") for r in members[:30])
         names += f" and {len(members) - 30} more" if len(members) > 30 else ""
         label = chr(ord("A") + g) if g < 26 else str(g)
@@ -293,6 +304,20 @@ def _forced_words(outputs: list) -> str:
     return ", ".join(f"{words.get(o, o + chr(39) + 's wrong output')} ({k} of {len(outputs)})" for o, k in counts.items())
 
 
+def _reference_section(d, folder: Path) -> list[str]:
+    """How the reference ended, when it did not end well: its exit and the last lines of its stderr."""
+    if d.reference is None or d.has_reference:
+        return []
+    tail = (folder / d.reference.stderr).read_bytes().decode("utf-8", "replace").splitlines()[-STDERR_LINES:]
+    body = scrub("\n".join(one_line(x, 300) for x in tail), d.cwd)
+    said = (f"The reference ({'on the CPU alone' if _cpu_alone(d.reference_argv or []) else 'on one device'}, "
+            f"untraced) ended with {text(d.reference.exit)}: its output is no reference, and no output here is "
+            "called wrong. Give it other arguments with `--reference ARGS`.")
+    if not body.strip():
+        return ["### The reference failed", f"{said} It wrote nothing to stderr."]
+    return ["### The reference failed", f"{said} The last lines it wrote to stderr:", block(body, "text")]
+
+
 def _crash_section(d, folder: Path) -> list[str]:
     failed = [r for r in d.runs if r.failed]
     if not failed:
@@ -314,7 +339,8 @@ def _traces(d) -> list[str]:
 
     rows = ["| run | ended | s | graphs | races (manifested) | host blocked ms (avoidable) |", "|---|---|---|---|---|---|"]
     for r in d.runs[:MAX_OUTPUTS * 5]:
-        found = f"{len(r.races)} ({sum(bool(x['manifested']) for x in r.races)})" if not r.analysis_error else "—"
+        found = (f"{len(r.races)} ({sum(x['verdict'] == 'manifested' for x in r.races)})"
+                 if not r.analysis_error else "—")
         st = r.stalls or {}
         rows.append(f"| {r.name} | {text(r.exit)} | {r.seconds:.1f} | {r.graphs} | {found} | "
                     f"{ms(st.get('blocked_ns'))} ({ms(st.get('avoidable_blocked_ns'))}) |")
@@ -333,7 +359,7 @@ def _reproduce(d, m, folder: Path, source: bool = True) -> list[str]:
     if m and m.force:
         cmds += ["", "# one run with the race forced (its earlier operation delayed)",
                  f"ggml-trace force runs/{m.run}.ggmltrace --race {m.number_in_run} --runs 3"
-                 + (" --expect-output runs/reference.stdout" if d.reference is not None else "")]
+                 + (" --expect-output runs/reference.stdout" if d.has_reference else "")]
     parts = ["<details><summary>Reproduce: commands and repro.cpp</summary>", block("\n".join(cmds), "sh")]
     if x and x.get("standalone") and (folder / x["standalone"]).exists():
         src = (folder / x["standalone"]).read_text(errors="replace") if source else "// see repro.cpp in the folder"
@@ -391,12 +417,13 @@ def _cpu_alone(argv: list) -> bool:
 def write_issue(d, folder: Path, compact: bool = False) -> str:
     """ISSUE.md for diagnosis `d`, whose files are in `folder`. Over GitHub's limit, it is written
     again `compact`: without the outputs' text and repro.cpp's source (both are in the folder)."""
-    m = _main_race(d)
+    m = main_race(d)
     parts = [f"# {text(title(d), 300)}", f"**Finding:** {finding(d)}"]
     if m is not None:
         parts += ["**Missing ordering:**", block(one_line(m.race["missing"], 600), "text"), PICTURE]
     parts += _run(d)
     parts += ["### Outputs"] + _outputs(d, folder, previews=not compact)
+    parts += _reference_section(d, folder)
     parts += _crash_section(d, folder)
     if m is not None:
         parts += _race_section(d, m, folder)

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import random
-import types
 from pathlib import Path
 
 
 from support import built_program
 from support.diagnose_checks import BUILD, QWEN, QWEN_ARGS, check_issue, check_png, diagnose, needs
 from ggml_trace import analysis
-from ggml_trace.tracer.diagnose import Diagnosis, Run, analyse, conclude, reference_argv
-from ggml_trace.tracer.outputs import same_output
+from ggml_trace.tracer.diagnose import Diagnosis, DiagnoseOptions, Run, analyse, conclude, reference_argv
 
 # the #23321 case: one virtual device slow enough that the CPU's next split always comes first
 VDEV_23321 = ["--virtual-devices", "1", "--vdev-latency-us", "5000", "--reference-dev", "none"]
@@ -81,6 +79,40 @@ def test_the_pipeline_race_on_b11434(tmp_path):
     assert "embd" in named, named
     check_issue(out / "ISSUE.md", "embd")
     check_png(out / "timeline.png")
+
+
+# -- tensor parallelism: a reference that runs, and one that fails -------------------------------------------
+
+TENSOR = ["--runs", "2", "--force-runs", "0", "--replay-runs", "0", "--build", "b11434", "--virtual-devices", "3",
+          "--vdev-latency-us", "0,3000,0"]
+TENSOR_ARGS = ["-n", "8", "-p", "a quiet harbor at dusk", "--temp", "0", "--seed", "2", "-no-cnv", "-ngl", "99",
+               "-sm", "tensor"]
+
+
+def test_a_tensor_parallel_command_gets_a_reference_that_runs(tmp_path):
+    exe = BUILD / "llama-b11434" / "bin" / "llama-completion"
+    model = BUILD / "models" / "tiny-llama.gguf"
+    needs(exe, model)
+    r, d = diagnose(tmp_path / "diag", *TENSOR, "--", exe, "-m", model, *TENSOR_ARGS)
+    assert d["reference"]["exit"] == "exit status 0" and d["reference"]["output_bytes"] > 0, r.stderr[-3000:]
+    assert d["reference_argv"][-4:] == ["-sm", "none", "-dev", "none"] and d["reference_failed"] is None
+
+
+def test_a_failed_reference_is_said_and_the_runs_compared_among_themselves(tmp_path):
+    exe = BUILD / "llama-b11434" / "bin" / "llama-completion"
+    model = BUILD / "models" / "tiny-llama.gguf"
+    needs(exe, model)
+    out = tmp_path / "diag"
+    # -dev none alone keeps -sm tensor, which llama.cpp refuses without a device
+    r, d = diagnose(out, *TENSOR, "--reference", "-dev none", "--", exe, "-m", model, *TENSOR_ARGS)
+    assert d["reference"]["exit"] == "exit status 1", r.stderr[-3000:]
+    assert d["reference_failed"].startswith("exit status 1: ") and "the reference failed" in d["headline"]
+    assert d["differing_runs"] == [] and d["explained_by"] is None
+    assert all(m["explains"] == [] for m in d["races"])
+    assert all(run["differs_from_reference"] is None for run in d["runs"])
+    md = check_issue(out / "ISSUE.md", "### The reference failed", "needs >= 1 devices")
+    assert "Wrong output" not in md.splitlines()[0] and "explains the wrong output" not in md
+    assert "explains the wrong output" not in r.stdout
 
 
 # -- crashes and hangs ---------------------------------------------------------------------------------------
@@ -150,9 +182,7 @@ def test_hostile_names_from_the_trace_stay_inert(tmp_path):
     analyse(path, run)
     d = Diagnosis(str(tmp_path), ["diagnose", "-o", str(tmp_path), "--", "llama-cli", "-m", HOSTILE[0]],
                   ["llama-cli", "-m", HOSTILE[1], "`rm -rf ~`"], os.getcwd(), [run], None, None)
-    options = types.SimpleNamespace(max_races=3, force_runs=0, replay_runs=0, device_timing=False, virtual_devices=0,
-                                    hooks=None)
-    conclude(d, tmp_path, options)
+    conclude(d, tmp_path, DiagnoseOptions(tmp_path, force_runs=0, replay_runs=0))
     assert d.status == 1 and d.races
     md = check_issue(tmp_path / "ISSUE.md", HOSTILE[0], HOSTILE[1])
     assert str(tmp_path) not in md
@@ -168,12 +198,3 @@ def test_the_reference_replaces_the_device_option():
         "llama-completion", "-m", "m.gguf", "--device", "VDEV0,VDEV1", "-ngl", "0", "-nkvo", "-ts", "1,0"]
     assert reference_argv(["p", "--device=A"], None, "CPU") == ["p", "-dev", "CPU"]
     assert reference_argv(["p", "-n", "8"], "", None) == ["p", "-n", "8"]
-
-
-def test_a_cut_tail_is_not_a_divergence():
-    full = b"the of and the the of\n"
-    assert same_output(full, full[:-5]) and same_output(full[:-3], full)
-    assert not same_output(full, full[:-12])  # more than a tail: not comparable as the same
-    assert not same_output(full, b"")
-    assert same_output(b"", b"")
-    assert not same_output(full, full.replace(b"of", b"in"))

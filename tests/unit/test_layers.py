@@ -26,7 +26,7 @@ LAYERS = {
     # records into the frames of a Trace, and what the recorded metadata says
     "frames": ["kinds", "schema", "meta", "build_info", "frames", "load"],
     # what the frames mean: races, stalls, comparisons, allreduce paths, delays, the summary
-    "judge": ["races", "race_report", "race_match", "reduction", "stalls", "critical_path", "compare", "allreduce", "delay", "together",
+    "judge": ["races", "race_timing", "race_report", "race_match", "reduction", "stalls", "critical_path", "compare", "allreduce", "delay", "together",
               "summary", "device_timing", "window_races"],
     # what a person sees: the interval model and its views, exports, the progress line, and the
     # modules that name everything (the package, windows.py)
@@ -45,7 +45,7 @@ TRACER_LAYERS = {
     "control": ["programs", "scenario", "build_hooks", "demo", "force", "reduce", "replay_limits", "repro_cpp",
                 "vulkan_runs", "record_args"],
     # the command line, and diagnose, which runs the others' work in one command and writes its report
-    "command": ["cli", "cli_common", "cli_views", "diagnose", "issue"],
+    "command": ["cli", "cli_common", "cli_views", "cli_record", "cli_diagnose", "diagnose", "issue"],
 }
 # every layer, lowest first
 ORDER = ["format", "read", "recording", "frames", "judge", "show", "control", "command"]
