@@ -249,7 +249,7 @@ class Loader:
         self.c_t_begin, self.c_t_end = side_by_side(lambda: self.rel(r["t_begin"]),
                                                     lambda: self.rel(r["t_end"]))
         self.c_backend = self.backend_codes(r["backend"])
-        sched = r["sched"].astype(np.int64)
+        sched = sched_ids(r["sched"].astype(np.int64), r["kind"], r["t_end"])
         graph = r["graph"].astype(np.int64)
         split = r["split"].astype(np.int64)
         self.c_sched, self.c_sched_na = sched, sched == SCHED_NONE
@@ -680,3 +680,27 @@ def backend_labels(backends: pd.DataFrame) -> list[str]:
     """The name each backend row goes by in other frames: its name, else "backend#INDEX"."""
     return [f"backend#{i}" if pd.isna(n) else str(n)
             for i, n in zip(backends["backend"].tolist(), backends["name"].astype(object))]
+
+
+SCHED_FREE = KIND_IDS["sched_free"]
+SLOT_STRIDE = 256  # a scheduler's id: its slot + SLOT_STRIDE * the slot's earlier sched_free records
+
+
+def sched_ids(slot: np.ndarray, kind: np.ndarray, t_end: np.ndarray) -> np.ndarray:
+    """Each call's scheduler id from its slot (CallRec.sched): the hooks give a freed scheduler's
+    slot to the next one made, so a call's scheduler is its slot's occupant after the slot's
+    sched_free records that ended before the call did (a sched_free ends before its slot is given
+    back, and every call of the next occupant ends after that). id = slot + 256 * that count:
+    unique per scheduler, the slot itself in a trace whose slots were never reused
+    (docs/trace-format.md, "Scheduler slots"). SCHED_NONE stays."""
+    frees = np.flatnonzero(kind == SCHED_FREE)
+    if len(frees) == 0:
+        return slot
+    out = slot.copy()
+    f_slot, f_t = slot[frees], t_end[frees].astype(np.uint64)
+    for s in np.unique(f_slot[f_slot != SCHED_NONE]).tolist():
+        on = np.flatnonzero(slot == s)
+        ft = np.sort(f_t[f_slot == s])
+        if len(on) and t_end[on].max() > ft[0]:  # some call after the slot's first free: reused
+            out[on] += SLOT_STRIDE * np.searchsorted(ft, t_end[on].astype(np.uint64), side="left")
+    return out

@@ -29,10 +29,23 @@ namespace {
 // ---------------------------------------------------------------- schedulers
 
 std::atomic<uint32_t> g_next_graph{0};
-std::atomic<uint32_t> g_next_sched{0};
 
+// Scheduler slots: CallRec.sched is a slot, one byte (0xff: outside any scheduler), so at most
+// MAX_SCHEDS schedulers are traced alive at once. ggml_backend_sched_free gives its slot back for
+// the next ggml_backend_sched_new: a program that makes and frees any number of schedulers in turn
+// has every one traced. The loader tells a slot's successive schedulers apart by the sched_free
+// records between them (docs/trace-format.md, "Scheduler slots").
 const int MAX_SCHEDS = 255;
 std::atomic<ggml_backend_sched_t> g_scheds[MAX_SCHEDS];
+// A slot taken by a sched_new still registering its backends: matches no scheduler.
+ggml_backend_sched_t const SLOT_CLAIMED = (ggml_backend_sched_t) (uintptr_t) 1;
+std::atomic<bool> g_warned_full{false};
+
+// Called on every scheduler entry point (once per graph compute, not per split): a scan of the
+// slots, no lock.
+// The slot of the scheduler this thread's ggml_backend_sched_new is making (-1: none): ggml's
+// sched_new resets the scheduler it makes before returning it.
+thread_local int t_new_slot = -1;
 
 uint8_t sched_index(ggml_backend_sched_t sched) {
     for (int i = 0; i < MAX_SCHEDS; i++) {
@@ -40,7 +53,18 @@ uint8_t sched_index(ggml_backend_sched_t sched) {
             return (uint8_t) i;
         }
     }
-    return 0xff;
+    return t_new_slot >= 0 ? (uint8_t) t_new_slot : 0xff;
+}
+
+// The lowest free slot, now claimed (SLOT_CLAIMED), or -1 when MAX_SCHEDS schedulers are alive.
+int claim_slot() {
+    for (int i = 0; i < MAX_SCHEDS; i++) {
+        ggml_backend_sched_t expect = nullptr;
+        if (g_scheds[i].compare_exchange_strong(expect, SLOT_CLAIMED, std::memory_order_acq_rel)) {
+            return i;
+        }
+    }
+    return -1;
 }
 
 // ---------------------------------------------------------------- registration
@@ -184,15 +208,22 @@ ggml_backend_sched_t ggml_backend_sched_new(ggml_backend_t * backends, ggml_back
         comm_patch_registries();  // programs that make their backends without ggml_backend_dev_init
     }
     Call c(K_SCHED_NEW);
+    // The slot is taken first, so that the calls ggml's sched_new makes on the new scheduler have it.
+    int idx = on ? claim_slot() : -1;
+    if (on && idx < 0 && !g_warned_full.exchange(true)) {
+        fprintf(stderr, "ggml-trace: more than %d schedulers alive at once; the next ones are not traced "
+                        "until one is freed\n", MAX_SCHEDS);
+    }
+    t_new_slot = idx;
     ggml_backend_sched_t sched = g_api.sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload);
-    if (!on || !sched) {
+    t_new_slot = -1;
+    if (!on || !sched || idx < 0) {
+        if (idx >= 0) {
+            g_scheds[idx].store(nullptr, std::memory_order_release);
+        }
         return sched;
     }
-    uint32_t idx = g_next_sched.fetch_add(1);
-    if (idx >= MAX_SCHEDS) {
-        return sched;  // more schedulers than we can name: leave the rest untraced
-    }
-    SchedObjects & so = g_sched_objects[idx];
+    SchedObjects & so = g_sched_objects[idx];  // the slot's own until it is given back
     so.n = n_backends;
     for (int i = 0; i < n_backends; i++) {
         so.backends[i] = backends[i];
@@ -200,6 +231,7 @@ ggml_backend_sched_t ggml_backend_sched_new(ggml_backend_t * backends, ggml_back
     }
     so.n = meta_expand(so.backends, so.bufts, n_backends, MAX_BACKENDS);
     if (!register_backends(so.backends, so.bufts, so.n)) {
+        g_scheds[idx].store(nullptr, std::memory_order_release);
         return sched;
     }
     g_scheds[idx].store(sched, std::memory_order_release);
@@ -224,14 +256,15 @@ void ggml_backend_sched_free(ggml_backend_sched_t sched) {
     c.r.sched = idx;
     g_api.sched_free(sched);
     cupti_flush();  // while CUDA is still up: programs free their schedulers before exiting
-    g_scheds[idx].store(nullptr, std::memory_order_release);
-    if (capturing()) {
-        c.commit();
-    }
+    // Written even while ggml_trace_stop has paused capture, and ended (t_end) before the slot is
+    // given back: the loader tells the slot's schedulers apart by these records, so everything
+    // the next scheduler on this slot does must come after this one's t_end.
     if (g_capture_state.load() == CaptureState::ACTIVE) {
+        c.commit();
         SchedObjects & so = g_sched_objects[idx];
         unregister_backends(so.backends, so.bufts, so.n);
     }
+    g_scheds[idx].store(nullptr, std::memory_order_release);
 }
 
 enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, ggml_cgraph * graph) {
