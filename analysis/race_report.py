@@ -10,22 +10,11 @@ import numpy as np
 import pandas as pd
 
 from .kinds import COPY_KINDS, HOST_WRITE_KINDS
+from .race_timing import BASES, EVENTS_TOLERANCE_NS, VERDICTS
 from .schema import FINDING_SIDE, FINDINGS
 
 # write-after-read: a read, then an unordered overwrite of the same bytes (appended: codes stay)
 CLASSES = ["read-after-reuse", "write-after-write", "read-after-write", "write-after-read"]
-
-# verdict: what the times prove. basis: what the times of the pair's operations are — "device"
-# (each async operation measured on its device), "bounds" (an operation known only to lie inside
-# an interval: Vulkan's markers), "host" (an async operation with no device time at all: only
-# its enqueue call is known, so neither verdict can be proven).
-VERDICTS = ["manifested", "latent", "undetermined"]
-BASES = ["device", "events", "bounds", "host"]  # from most to least certain: a pair's is the max
-# The event watcher (CUDA/HIP/MUSA, docs/gpu.md) sees an event pass when its thread wakes, and
-# estimates most starts from the previous operation's end: on the H200s its ends were within
-# 62-89 us of CUPTI's at p95, its starts further off. Each time it gives is taken as known to
-# within this much, so a verdict that rests on it must clear it (basis "events").
-EVENTS_TOLERANCE_NS = 100_000
 
 # The findings frame: columns and dtypes from analysis/schema.py, its categories from here.
 FINDING_COLUMNS = list(FINDINGS)
@@ -51,6 +40,7 @@ FINDING_JSON = {
     "range": ["range_start", "range_end"], "missing": "missing",
     "first": {"graph": "first_graph", "t_us": "first_t_ns"},
     "last": {"graph": "last_graph", "t_us": "last_t_ns"},
+    "occurrences": {v: f"n_{v}" for v in VERDICTS},
 }
 
 
@@ -246,23 +236,41 @@ def missing_words(a: dict, b: dict) -> str:
 
 
 def verdict_words(r: dict) -> str:
-    """What the times prove about one finding (a dict of RaceReport.to_json()), in words."""
+    """What the times prove about one finding (a dict of RaceReport.to_json()), in words: the
+    verdict, what it rests on, and how the occurrences divide when they differ."""
     verdict = r.get("verdict") or ("manifested" if r.get("manifested") else "latent")
     bounds = {"bounds": " (device-time bounds)",
               "events": f" (event-watcher times, ±{EVENTS_TOLERANCE_NS // 1000} us each)"}.get(r.get("basis") or "", "")
     if verdict == "manifested":
         words = ("MANIFESTED (the later operation ran entirely before the earlier one)" if r.get("inverted")
-                 else "MANIFESTED (the earlier operation had not finished when the later one began)")
-        return words + bounds
-    if verdict == "latent":
-        return f"latent, margin {r['margin_us']:.1f} us{bounds}"
-    if r.get("basis") == "host":
-        return ("UNDETERMINED: host times only (when the async operation ran on its device is not "
-                "known, so latent cannot be told from manifested; record with --device-timing)")
-    if r.get("basis") == "events":
-        return (f"UNDETERMINED: the event watcher's times do not separate the two operations by more "
-                f"than its tolerance ({EVENTS_TOLERANCE_NS // 1000} us each; record with --cupti for exact times)")
-    return "UNDETERMINED: the device-time bounds do not separate the two operations"
+                 else "MANIFESTED (the two accesses ran at the same time)") + bounds
+    elif verdict == "overlapped":
+        coarse = [s for s in "ab" if "somewhere inside" in ((r.get(s) or {}).get("timing") or "")]
+        who = {1: f"{''.join(coarse)}'s access lies", 2: "each access lies"}.get(len(coarse), "")
+        inside = (f": {who} somewhere inside its operation's interval, so the order of the accesses themselves "
+                  "is not known" if who else ": the order of the accesses themselves is not known")
+        words = f"OVERLAPPED, not proven out of order (the two operations' intervals overlap{inside})" + bounds
+    elif verdict == "latent":
+        words = f"latent, margin {r['margin_us']:.1f} us{bounds}"
+    elif r.get("basis") == "host":
+        untimed = [s for s in "ab" if ((r.get(s) or {}).get("timing") or "").startswith("no device time")]
+        which = f" ({' and '.join(untimed)} had no device time)" if untimed else ""
+        words = ("UNDETERMINED: host times only" + which + " (when the async operation ran on its device is not "
+                 "known, so latent cannot be told from manifested; record with --device-timing)")
+    elif r.get("basis") == "events":
+        words = (f"UNDETERMINED: the event watcher's times do not separate the two operations by more "
+                 f"than its tolerance ({EVENTS_TOLERANCE_NS // 1000} us each; record with --cupti for exact times)")
+    else:
+        words = "UNDETERMINED: the device-time bounds do not separate the two operations"
+    return words + _occurrence_words(r)
+
+
+def _occurrence_words(r: dict) -> str:
+    """'; of 255 occurrences: 200 latent, 55 undetermined' where the occurrences' verdicts differ."""
+    occ = {v: n for v, n in (r.get("occurrences") or {}).items() if n}
+    if len(occ) < 2:
+        return ""
+    return f"; of {sum(occ.values())} occurrences: " + ", ".join(f"{n} {v}" for v, n in occ.items())
 
 
 def format_report(report: RaceReport, path: str = "") -> str:
@@ -275,6 +283,8 @@ def format_report(report: RaceReport, path: str = "") -> str:
                 f"{report.accesses} accesses")
     n = {v: sum(r["verdict"] == v for r in found) for v in VERDICTS}
     counts = f"{n['manifested']} manifested, {n['latent']} latent"
+    if n["overlapped"]:
+        counts += f", {n['overlapped']} overlapped"
     if n["undetermined"]:
         counts += f", {n['undetermined']} undetermined"
     lines = [f"{head}{len(found)} race{'s' if len(found) != 1 else ''} ({counts}) among "
@@ -289,7 +299,7 @@ def format_report(report: RaceReport, path: str = "") -> str:
             lines.append(
                 f"    {s}: {describe_op(d)}, graph {d['graph']}, {d['mode']}s {d['tensor']} "
                 f"(node {d['node']}) [{d['t_begin_us']:.1f}, {d['t_end_us']:.1f}] us"
-                f"{' on the device' if d['device'] else ''}")
+                f"{' on the device' if d['device'] else ''}" + (f"; {d['timing']}" if d.get("timing") else ""))
         lines.append(f"    bytes [{r['range'][0]}, {r['range'][1]}) of buffer {r['buffer']} "
                      f"({r['buffer_type']}, generation {r['generation']})")
         lines.append(f"    {r['missing']}")

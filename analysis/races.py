@@ -30,16 +30,18 @@ import pandas as pd
 from .arrays import (bit_width, cat_codes, expand_ranges, int_values, ints_or_none, last_before, lookup, nullable,
                      objects_at, rank_in_group, take_int)
 from .frames import backend_labels
-from .kinds import ENQUEUE_KINDS, HOST_WRITE_KINDS
-from .load import best_device_intervals
-from .race_report import (BASES, CLASSES, EVENTS_TOLERANCE_NS, VERDICTS, RaceReport, missing_column,
-                          findings_frame, format_report, verdict_words)
+from .kinds import ENQUEUE_KINDS
+from .race_report import CLASSES, RaceReport, findings_frame, format_report, missing_column, verdict_words
+from .race_timing import (BASES, LATENT, MANIFESTED, OVERLAPPED, VERDICTS, OperationTimes, finding_verdict,
+                          operation_times, pair_verdicts, timing_words, untimed_reasons)
 from .schema import FINDING_SIDE
 
 # RaceReport, format_report and verdict_words are read from here by the CLI and the views.
 __all__ = ["races", "RaceReport", "format_report", "verdict_words", "MODES", "CHUNK", "MAX_CANDIDATES"]
 
 MODES = ["read", "write"]
+# the order findings are listed in: proven first, then overlapped, then the rest by margin
+VERDICT_ORDER = {MANIFESTED: 0, OVERLAPPED: 1}
 
 # Candidate (window) entries examined per chunk, and in all for one window pass before the
 # windows are cut to their most recent entries (a safety valve for traces in which a queue is
@@ -137,6 +139,7 @@ class _Analysis:
         self.c_graph = int_values(c["graph"])
         self.c_split = int_values(c["split"])
         self.c_obj = c["obj"].to_numpy(np.uint64)
+        self.c_nodes = c["arg"].to_numpy(np.uint64).astype(np.int64)  # a split's node count
         self.backend_names = np.array(list(calls["backend"].cat.categories), dtype=object)
 
         # Async backends, by name (the frames identify backends by name).
@@ -393,80 +396,30 @@ class _Analysis:
         return np.concatenate(out_a), np.concatenate(out_b)
 
     # ---------------------------------------------------------------------------------------
-    def exec_intervals(self):
-        """Execution interval of each call: its device_exec span if any, else the host call;
-        and what is known of it (basis codes, BASES): a measured device interval or a host
-        call ("device"), bounds only (markers: it ran somewhere inside), or, for an enqueued
-        call without any device record, nothing but that it started after its enqueue began."""
-        begin, end = self.c_t_begin.copy(), self.c_t_end.copy()
-        has_dev = np.zeros(self.n, bool)
-        basis = np.where(self.c_enq, BASES.index("host"), BASES.index("device"))
-        # the program's own store into an input happened somewhere in its window (docs/integrated.md)
-        ids = [i for i, k in enumerate(self.kind_names) if k in HOST_WRITE_KINDS]
-        basis[np.isin(self.c_kind, ids)] = BASES.index("bounds")
-        dev = getattr(self.trace, "device", None)
-        if dev is not None and len(dev):
-            dev = best_device_intervals(dev)
-            src = dev["source"].astype(str).to_numpy()
-            d = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
-                              "b": dev["t_begin"].to_numpy(np.int64),
-                              "e": dev["t_end"].to_numpy(np.int64),
-                              "bounds": src == "markers", "events": src == "events"})
-            d = d.groupby("call_id", sort=False).agg(b=("b", "min"), e=("e", "max"),
-                                                     bounds=("bounds", "any"), events=("events", "any"))
-            rows = lookup(self.c_id, d.index.to_numpy(np.uint64))
-            ok = rows >= 0
-            begin[rows[ok]] = d["b"].to_numpy(np.int64)[ok]
-            end[rows[ok]] = d["e"].to_numpy(np.int64)[ok]
-            has_dev[rows[ok]] = True
-            basis[rows[ok]] = np.select(
-                [d["bounds"].to_numpy(bool)[ok], d["events"].to_numpy(bool)[ok]],
-                [BASES.index("bounds"), BASES.index("events")], BASES.index("device"))
-        return begin, end, has_dev, basis
-
-    def time_bounds(self, begin, end, basis):
-        """Lower and upper bounds of each call's start and end (ns; int64 max: unbounded)."""
-        inf = np.iinfo(np.int64).max
-        exact = np.isin(basis, [BASES.index("device"), BASES.index("events")])
-        s_lo, e_hi = begin.copy(), np.where(basis == BASES.index("host"), inf, end)
-        s_hi = np.where(exact, begin, e_hi)  # it started no later than it ended
-        e_lo = np.where(exact, end, s_lo)    # and ended no earlier than it started
-        return s_lo, s_hi, e_lo, e_hi
+    def operation_times(self) -> OperationTimes:
+        """When each operation ran and how finely that is known (race_timing.operation_times)."""
+        return operation_times(getattr(self.trace, "device", None), self.c_id, self.c_kind, self.kind_names,
+                               self.c_t_begin, self.c_t_end, self.c_enq, self.c_nodes)
 
     def pairs_frame(self, pa: np.ndarray, pb: np.ndarray) -> pd.DataFrame:
-        ex_b, ex_e, has_dev, basis = self.exec_intervals()
-        s_lo, s_hi, e_lo, e_hi = self.time_bounds(ex_b, ex_e, basis)
+        times = self.times = self.operation_times()
         oa, ob = self.a_ord[pa], self.a_ord[pb]
         same = self.a_tensor[pa] == self.a_tensor[pb]
         both_w = self.a_write[pa] & self.a_write[pb]
         cls = np.where(~same, 0, np.where(both_w, 1, np.where(self.a_write[pa], 2, 3)))
-        # a comes first in program order. Manifested: a had not ended when b began — the
-        # executions overlapped, or ran in the opposite order to the program's (the later
-        # operation finished before the earlier one started: the bytes were overwritten before
-        # they were read, as in a corrupt run). Latent: a ended before b began. Each verdict is
-        # given only where the bounds prove it; otherwise the pair is undetermined.
-        # Times from the event watcher must clear its tolerance, once per such operation.
-        tol = np.where(basis == BASES.index("events"), EVENTS_TOLERANCE_NS, 0)
-        slack = tol[oa] + tol[ob]
-        manifested = e_lo[oa] - slack > s_hi[ob]
-        latent = e_hi[oa] + slack <= s_lo[ob]
-        inverted = e_hi[ob] + slack <= s_lo[oa]
-        verdict = np.where(manifested, 0, np.where(latent, 1, 2))
-        pair_basis = np.maximum(basis[oa], basis[ob])
+        # a comes first in program order; what the times prove of each pair: race_timing
+        v = pair_verdicts(times, oa, ob)
         graph = np.where(self.c_graph[ob] >= 0, self.c_graph[ob], self.c_graph[oa])
         cols = {"cls": cls, "acc_a": pa, "acc_b": pb, "ord_a": oa, "ord_b": ob,
-                "manifested": manifested, "inverted": inverted,
-                "verdict": verdict, "basis": pair_basis,
-                "margin_ns": np.where(latent, s_lo[ob] - np.minimum(e_hi[oa] + slack, s_lo[ob]), 0),
-                "graph": graph,
-                "t": np.minimum(ex_b[oa], ex_b[ob])}
+                "manifested": v.verdict == MANIFESTED, "inverted": v.inverted,
+                "verdict": v.verdict, "basis": v.basis, "margin_ns": v.margin_ns,
+                "graph": graph, "t": np.minimum(times.begin[oa], times.begin[ob])}
         for s, o, p in (("a", oa, pa), ("b", ob, pb)):
             cols[f"{s}_kind"] = self.c_kind[o]
             cols[f"{s}_backend"] = self.c_backend[o]
             cols[f"{s}_split"] = self.c_split[o]
             cols[f"{s}_tensor"] = self.a_tensor[p]
             cols[f"{s}_mode"] = self.a_write[p].astype(np.int64)
-        self.ex = (ex_b, ex_e, has_dev)
         return pd.DataFrame(cols)
 
     # ---------------------------------------------------------------------------------------
@@ -483,21 +436,28 @@ class _Analysis:
         p = p.sort_values(["key", "t", "ord_a", "ord_b"], kind="stable")
         occ = p.drop_duplicates(["key", "ord_a", "ord_b"])
         g = occ.groupby("key", sort=True)
+        # occurrences per verdict (columns: VERDICTS), and the finding's verdict from them
+        nv, keys = len(VERDICTS), occ["key"].to_numpy(np.int64)  # keys: 0..findings-1 (ngroup)
+        counts = np.bincount(keys * nv + occ["verdict"].to_numpy(np.int64),
+                             minlength=(int(keys.max()) + 1) * nv).reshape(-1, nv)
+        verdict = finding_verdict(counts)
         agg = pd.DataFrame({
             "n_occ": g.size(),
-            "manifested": g["manifested"].any(),
+            "manifested": verdict == MANIFESTED,
             "inverted": g["inverted"].any(),
-            "margin_ns": (occ["margin_ns"].astype("Int64").where(occ["verdict"] == 1)
+            "margin_ns": (occ["margin_ns"].astype("Int64").where(occ["verdict"] == LATENT)
                           .groupby(occ["key"]).min()),
-            # manifested if any occurrence proves it, latent if every one does, else undetermined
-            "verdict": g["verdict"].min().where(g["verdict"].min() == 0, g["verdict"].max()),
+            "verdict": verdict,
             "basis": g["basis"].max(),
         })
+        for v, name in enumerate(VERDICTS):
+            agg[f"n_{name}"] = counts[:, v]
         first = occ.drop_duplicates("key", keep="first").set_index("key")
         last = occ.drop_duplicates("key", keep="last").set_index("key")
-        # The occurrence shown (sides, bytes, missing): the first that manifested if any did, so
-        # that a manifested finding shows the evidence of a manifested pair; else the first.
-        shown = (occ.sort_values("manifested", ascending=False, kind="stable")
+        # The occurrence shown (sides, bytes, missing): the first of the finding's own verdict, so
+        # that it shows the evidence of that verdict (a manifested pair for a manifested finding).
+        own = occ["verdict"].to_numpy(np.int64) == agg["verdict"].reindex(occ["key"]).to_numpy(np.int64)
+        shown = (occ.assign(_other=~own).sort_values("_other", kind="stable")
                  .drop_duplicates("key").set_index("key"))
         agg = agg.join(shown[["acc_a", "acc_b", "ord_a", "ord_b", "cls"]])
         agg["graph"] = first["graph"]
@@ -505,33 +465,38 @@ class _Analysis:
         agg["last_graph"] = last["graph"]
         agg["last_t"] = last["t"]
         # only a latent finding has a margin (the smallest latent one is kept: latent_margin_ns)
-        agg["shown_margin"] = agg["margin_ns"].where(agg["verdict"] == 1)
+        agg["shown_margin"] = agg["margin_ns"].where(agg["verdict"] == LATENT)
         agg["sort_margin"] = agg["shown_margin"].fillna(-1)
-        agg = agg.sort_values(["manifested", "sort_margin", "t"],
-                              ascending=[False, True, True], kind="stable")
+        agg["sort_verdict"] = agg["verdict"].map(VERDICT_ORDER).fillna(2)
+        agg = agg.sort_values(["sort_verdict", "sort_margin", "t"], kind="stable")
         return self.describe(agg)
 
     def side_columns(self, acc: np.ndarray, o: np.ndarray) -> dict:
         """The columns of one side of the findings (FINDING_SIDE, and whether it ran on a
         queue), names and nullable integers as Python lists (None for missing): the words of
         `missing` are made from them."""
-        ex_b, ex_e, has_dev = self.ex
+        t = self.times
+        kinds = objects_at(self.kind_names, self.c_kind[o])
+        backends = objects_at(self.backend_names, self.c_backend[o])
+        trace = self.trace
+        untimed = untimed_reasons(getattr(trace, "meta", None) or {}, trace.backends, backend_labels(trace.backends))
         return {
-            "backend": objects_at(self.backend_names, self.c_backend[o]),
+            "backend": backends,
             "graph": ints_or_none(self.c_graph[o]),
             "split": ints_or_none(self.c_split[o]),
-            "kind": objects_at(self.kind_names, self.c_kind[o]),
+            "kind": kinds,
             "tensor": objects_at(self.tensor_names, self.a_tensor[acc]),
             "node": objects_at(self.node_names, self.a_node[acc]),
             "thread": self.c_thread[o].tolist(),
             "mode": np.array(MODES, dtype=object)[self.a_write[acc].astype(np.int64)].tolist(),
-            "t_begin_ns": ex_b[o],
-            "t_end_ns": ex_e[o],
-            "device": has_dev[o].tolist(),
+            "t_begin_ns": t.begin[o],
+            "t_end_ns": t.end[o],
+            "device": t.measured[o].tolist(),
             "call_id": self.c_id[o].tolist(),
             "role": objects_at(self.role_names, self.c_role[o]),
             "queue": self.c_enq[o].tolist(),
             "queue_backend": objects_at(self.backend_names, self.c_qbackend[o]),
+            "timing": timing_words(t, o, kinds, backends, self.c_nodes[o], untimed),
         }
 
     def describe(self, agg: pd.DataFrame) -> pd.DataFrame:
@@ -554,6 +519,7 @@ class _Analysis:
             "inverted": agg["inverted"].to_numpy(bool),
             "margin_ns": agg["shown_margin"].array,
             "count": agg["n_occ"].to_numpy(np.int64),
+            **{f"n_{v}": agg[f"n_{v}"].to_numpy(np.int64) for v in VERDICTS},
         }
         for s in "ab":
             for k in FINDING_SIDE:

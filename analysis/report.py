@@ -207,10 +207,12 @@ def report_html(trace, races=None, report_command: str | None = None) -> str:
                    + "".join(f"<li>{_e(w)}</li>" for w in trace.warnings) + "</ul></div>")
     if race_list:
         n_lat = sum(r.get("verdict", "latent") == "latent" and not r.get("manifested") for r in race_list)
-        n_und = len(race_list) - n_man - n_lat
+        n_ovl = sum(r.get("verdict") == "overlapped" for r in race_list)
+        n_und = len(race_list) - n_man - n_lat - n_ovl
         out.append(f'<p class="manifested">{len(race_list)} race'
                    f'{"s" if len(race_list) != 1 else ""} found ({n_man} manifested, '
-                   f'{n_lat} latent{f", {n_und} undetermined" if n_und else ""}).</p>')
+                   f'{n_lat} latent{f", {n_ovl} overlapped" if n_ovl else ""}'
+                   f'{f", {n_und} undetermined" if n_und else ""}).</p>')
     elif banner:
         out.append('<p class="latent">No races found in what was captured (see the warnings '
                    'above).</p>')

@@ -63,13 +63,14 @@ FINDING_SIDE: dict[str, str] = {
     "backend": "object", "graph": "Int64", "split": "Int64", "kind": "object", "tensor": "object",
     "node": "object", "thread": "int64", "mode": "object", "t_begin_ns": "int64",
     "t_end_ns": "int64", "device": "bool", "call_id": "uint64", "role": "object",
-    "queue_backend": "object"}
+    "queue_backend": "object", "timing": "object"}
 FINDINGS: dict[str, str] = {
     "class": "category", "manifested": "bool", "inverted": "bool", "margin_ns": "Int64",
     "count": "int64", **{f"{s}_{c}": t for s in "ab" for c, t in FINDING_SIDE.items()},
     "buffer": "object", "generation": "Int64", "buffer_type": "object", "range_start": "uint64",
     "range_end": "uint64", "missing": "object", "first_graph": "Int64", "first_t_ns": "int64",
-    "last_graph": "Int64", "last_t_ns": "int64", "verdict": "category", "basis": "category"}
+    "last_graph": "Int64", "last_t_ns": "int64", "verdict": "category", "basis": "category",
+    "n_manifested": "int64", "n_latent": "int64", "n_undetermined": "int64", "n_overlapped": "int64"}
 
 # The stalls analysis (analysis.stalls.stalls(trace), docs/stalls.md): one row per host-blocking call.
 STALLS: dict[str, str] = {

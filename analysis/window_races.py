@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from .load import load_raw
-from .race_report import BASES, FINDING_COLUMNS, VERDICTS, RaceReport, findings_frame
+from .race_report import FINDING_COLUMNS, RaceReport, findings_frame
+from .race_timing import BASES, MANIFESTED, OVERLAPPED, VERDICTS, finding_verdict
 from .races import races
 from .trace_file import display_path
 from .window_index import CONTEXT_GRAPHS, WINDOW_RECORDS, TraceIndex, Window, index_trace, plan_windows, read_ahead, read_window
@@ -106,10 +107,10 @@ FINDING_KEY = ["class"] + [f"{s}_{c}" for s in "ab" for c in ("kind", "backend",
 
 def merge_findings(frames: list) -> pd.DataFrame:
     """One row per distinct race from the findings of several windows (races()'s own grouping):
-    counts add up, the first and last occurrences are the earliest and latest, a race is
-    manifested if any window proved it, latent if every window did, and its margin (latent only)
-    the smallest. As in races(), the occurrence shown (sides, bytes, missing) is the earliest that
-    manifested if any did, else the first: the earliest of the windows' own."""
+    counts add up, per verdict too, and the verdict follows from them as in races()
+    (race_timing.finding_verdict); the first and last occurrences are the earliest and latest, and
+    the margin (latent only) the smallest. As in races(), the occurrence shown (sides, bytes,
+    missing) is the earliest whose verdict is the merged one's, else the first."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return findings_frame()
@@ -118,18 +119,22 @@ def merge_findings(frames: list) -> pd.DataFrame:
     df["_key"] = key.apply(tuple, axis=1).factorize()[0]
     df = df.sort_values(["_key", "first_t_ns"], kind="stable")
     g = df.groupby("_key", sort=False)
-    verdict = g["verdict"].agg(lambda v: "manifested" if (v == "manifested").any()
-                               else "latent" if (v == "latent").all() else "undetermined")
+    n_cols = [f"n_{v}" for v in VERDICTS]
+    counts = g[n_cols].sum()
+    verdict = pd.Series(np.array(VERDICTS, dtype=object)[finding_verdict(counts.to_numpy(np.int64))],
+                        index=counts.index)
     # an occurrence's time is the earlier start of its two operations (races())
     shown_t = np.minimum(df["a_t_begin_ns"], df["b_t_begin_ns"])
-    out = (df.assign(_not_manifested=~df["manifested"], _t=shown_t)
-           .sort_values(["_key", "_not_manifested", "_t"], kind="stable").groupby("_key").head(1).set_index("_key"))
+    other = df["verdict"].astype(str).to_numpy(object) != verdict.reindex(df["_key"]).to_numpy(object)
+    out = (df.assign(_other=other, _t=shown_t)
+           .sort_values(["_key", "_other", "_t"], kind="stable").groupby("_key").head(1).set_index("_key"))
     first = g.head(1).set_index("_key")
     last = df.sort_values(["_key", "last_t_ns"], kind="stable").groupby("_key").tail(1).set_index("_key")
     out["count"] = g["count"].sum()
-    out["manifested"] = g["manifested"].any()
-    out["inverted"] = g["inverted"].any()
+    out[n_cols] = counts
     out["verdict"] = verdict
+    out["manifested"] = verdict == "manifested"
+    out["inverted"] = g["inverted"].any()
     out["margin_ns"] = g["margin_ns"].min().where(verdict == "latent")
     out["basis"] = g["basis"].agg(lambda b: max(b, key=BASES.index))
     out["first_graph"] = first["first_graph"]
@@ -137,7 +142,7 @@ def merge_findings(frames: list) -> pd.DataFrame:
     out["last_graph"] = last["last_graph"]
     out["last_t_ns"] = last["last_t_ns"]
     out["_sort_margin"] = out["margin_ns"].fillna(-1)
-    out = out.sort_values(["manifested", "_sort_margin", "first_t_ns"], ascending=[False, True, True],
-                          kind="stable")
-    assert set(VERDICTS) >= set(out["verdict"])
+    # as races(): proven first, then overlapped, then by margin, then by time
+    out["_sort_verdict"] = out["verdict"].map({VERDICTS[MANIFESTED]: 0, VERDICTS[OVERLAPPED]: 1}).fillna(2)
+    out = out.sort_values(["_sort_verdict", "_sort_margin", "first_t_ns"], kind="stable")
     return findings_frame({c: out[c].tolist() for c in FINDING_COLUMNS})

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from .. import analysis
+from ..analysis.races import verdict_words
 from .hooks import build_root
 from .programs import hooks, program, rpc_server, tiny_model
 from .record import record
@@ -38,8 +39,7 @@ def race_demo(out_dir: Path):
         print(f"   race analysis of run {shown} ({'corrupt' if r.corrupt else 'correct'}): "
               f"{len(report['races'])} race(s)")
         for race in report["races"]:
-            verdict = "MANIFESTED" if race["manifested"] else f"latent, margin {race['margin_us']:.0f} us"
-            print(f"   - {race['class']} ({verdict}): {race['missing']}")
+            print(f"   - {race['class']} ({verdict_words(race)}): {race['missing']}")
         html = trace_path.with_suffix(".timeline.html")
         page = trace_path.with_suffix(".report.html")
         analysis.timeline(trace, races=report).write_html(str(html), include_plotlyjs=True)

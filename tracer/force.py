@@ -79,15 +79,15 @@ class Recorded:
 
 def pick_race(found: list, index: int | None) -> tuple[int, dict]:
     """(1-based number, finding) to force: `index` (as `ggml-trace races` numbers them), else the
-    latent race with the smallest margin, else the first undetermined one (its timing is not
-    known), else the first (it manifested already)."""
+    latent race with the smallest margin, else the first overlapped or undetermined one (its order
+    is not known), else the first (it manifested already)."""
     if index is not None:
         if not 1 <= index <= len(found):
             raise ForceError(f"--race {index}: the trace has {len(found)} race"
                              f"{'s' if len(found) != 1 else ''} (numbered from 1)")
         return index, found[index - 1]
     # the findings are sorted by margin already
-    i = next((i for v in ("latent", "undetermined") for i, r in enumerate(found) if r["verdict"] == v), 0)
+    i = next((i for v in ("latent", "overlapped", "undetermined") for i, r in enumerate(found) if r["verdict"] == v), 0)
     return i + 1, found[i]
 
 

@@ -31,10 +31,11 @@ def builder() -> TraceBuilder:
 
 
 def split(b: TraceBuilder, backend: int, t: int, graph: int, index: int, accesses=(),
-          dur: int = 10 * US, thread: int = 0) -> int:
-    """A graph_compute call with accesses (mode, buffer, offset, size, tensor[, node])."""
+          dur: int = 10 * US, thread: int = 0, nodes: int | None = None) -> int:
+    """A graph_compute call of `nodes` nodes (default: one per access) with accesses (mode,
+    buffer, offset, size, tensor[, node])."""
     cid = b.call("graph_compute", t, t + dur, thread=thread, backend=backend, sched=0,
-                 graph=graph, split=index, arg=len(accesses))
+                 graph=graph, split=index, arg=len(accesses) if nodes is None else nodes)
     for mode, buf, off, size, tensor, *node in accesses:
         b.access(cid, mode, buf, off, size, tensor=tensor, node=node[0] if node else None,
                  op=1, index=0, thread=thread)
@@ -42,11 +43,12 @@ def split(b: TraceBuilder, backend: int, t: int, graph: int, index: int, accesse
 
 
 def reuse_graph(b: TraceBuilder, g: int, t0: int, between=None, writer: int = CPU,
-                device=None) -> tuple[int, int]:
-    """Graph g: A's split 3 reads inp_embd at X (host buffer); `between(b, t)` adds calls; then
-    split 4 on `writer` writes ffn_out-0 over X. Returns (A split, writer split) call ids."""
+                device=None, nodes: int = 1) -> tuple[int, int]:
+    """Graph g: A's split 3 (`nodes` nodes; its access is mul_mat-0's) reads inp_embd at X (host
+    buffer); `between(b, t)` adds calls; then split 4 on `writer`, one node, writes ffn_out-0 over
+    X. Returns (A split, writer split) call ids."""
     a = split(b, A, t0, g, 3, [("read", HBUF, 0x100, 256, "inp_embd", "mul_mat-0"),
-                               ("write", DBUF, 0, 64, "mul_mat-0")])
+                               ("write", DBUF, 0, 64, "mul_mat-0")], nodes=nodes)
     if device is not None:  # the device-side execution of A's split
         b.call("device_exec", t0 + device[0], t0 + device[1], thread=1, backend=A, graph=g,
                split=3, obj=a)

@@ -364,6 +364,45 @@ def test_manifested_when_device_execution_overlaps(tmp_path):
     assert f["b"]["device"] is False and f["b"]["t_begin_us"] == pytest.approx(500)
 
 
+def test_overlapping_splits_of_many_nodes_are_overlapped_not_manifested(tmp_path):
+    """A's read is one node's of three: the split overlapped the CPU's write, but the read itself
+    may have ended before the write began, so nothing is proven out of order."""
+    b = builder()
+    reuse_graph(b, 0, 0, device=(450 * US, 550 * US), nodes=3)
+    r = analyse(tmp_path, b)
+    (f,) = findings(r)
+    assert (f["verdict"], f["manifested"], f["inverted"], f["margin_us"]) == ("overlapped", False, False, None)
+    assert f["a"]["timing"] == ("on its device, from the virtual device's own record (a split of 3 nodes: each "
+                                "access lies somewhere inside)")
+    assert f["b"]["timing"] == "the host call: the interval is the access itself"
+    out = format_report(r)
+    assert "0 manifested, 0 latent, 1 overlapped" in out and "OVERLAPPED, not proven out of order" in out
+
+
+def test_a_split_of_many_nodes_run_entirely_after_the_write_is_manifested(tmp_path):
+    b = builder()
+    reuse_graph(b, 0, 0, device=(700 * US, 750 * US), nodes=3)  # the write: [500, 600] us
+    (f,) = findings(analyse(tmp_path, b))
+    assert (f["verdict"], f["inverted"]) == ("manifested", True)
+
+
+def test_occurrences_are_counted_per_verdict(tmp_path):
+    """One finding over graphs of each verdict: the counts add up to the occurrences, the
+    verdict is the strongest proven, and the listing says how they divide."""
+    b = builder()
+    for g, (dev, nodes) in enumerate([((100, 200), 1), ((450, 550), 3), ((450, 550), 3), ((100, 200), 1)]):
+        reuse_graph(b, g, g * 2_000 * US, device=(dev[0] * US, dev[1] * US), nodes=nodes)
+        b.call("synchronize", g * 2_000 * US + 1_000 * US, g * 2_000 * US + 1_001 * US, backend=A)
+    r = analyse(tmp_path, b)
+    row = r.findings.iloc[0]
+    assert (row["count"], row["n_latent"], row["n_overlapped"], row["n_manifested"], row["n_undetermined"]) == (4, 2, 2, 0, 0)
+    (f,) = findings(r)
+    assert f["verdict"] == "overlapped" and f["occurrences"] == {"manifested": 0, "latent": 2, "undetermined": 0,
+                                                                  "overlapped": 2}
+    assert f["a"]["graph"] == 1  # the occurrence shown is one of the finding's own verdict
+    assert "of 4 occurrences: 2 latent, 2 overlapped" in format_report(r)
+
+
 def test_latent_with_margin(tmp_path):
     b = builder()
     reuse_graph(b, 0, 0, device=(100 * US, 200 * US))  # A done 300 us before the CPU split
