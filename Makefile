@@ -15,7 +15,7 @@ LLAMA_STAMPS := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/.built)
 HOOKS        := $(foreach b,$(BUILDS),$(BUILD_DIR)/llama-b$(b)/bin/libggml-trace-hooks.so)
 MODEL        := $(BUILD_DIR)/models/tiny-llama.gguf
 # what build_hooks.sh compiles: the hooks, and the scenario and test programs built beside them
-HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h scenarios/*.cpp tests/programs/*.cpp) CMakeLists.txt
+HOOK_SOURCES := $(wildcard native_hooks/*.cpp native_hooks/*.h scenarios/*.cpp scenarios/*.h tests/programs/*.cpp) CMakeLists.txt
 # b10531's ggml with the meta backend's allreduce fix (docs/tensor-parallel.md): ggml only, ~1.5 min
 # of CPU cold, ~15 s with ccache warm
 PATCHED      := $(BUILD_DIR)/llama-b10531-tpfix/bin/libggml-trace-hooks.so

@@ -135,7 +135,20 @@ bool open_output(const char * path) {
     return writer_open(path, GGML_TRACE_HOOKS_BUILD, GGML_BACKEND_API_VERSION, ring_config());
 }
 
+// llama.cpp's common logger prints from a thread of its own and is never destroyed (upstream
+// #22142), so what it still holds when the program exits is lost: the tail of the generated text,
+// the last error. Drain it as the program's own SIGINT path does (common_log_pause joins the
+// thread once it has printed everything queued), where the program has it in a shared library.
+void drain_program_log() {
+    auto log_main = (void * (*)()) ggml_symbol("_Z15common_log_mainv");
+    auto log_pause = (void (*)(void *)) ggml_symbol("_Z16common_log_pauseP10common_log");
+    if (log_main && log_pause) {
+        log_pause(log_main());
+    }
+}
+
 void at_exit() {
+    drain_program_log();  // first: its last lines may be the run's verdict
     device_timing_shutdown();
     cupti_flush();
     writer_close();

@@ -28,6 +28,9 @@ struct Knobs {
     int threads = 1;
     bool allreduce = false;  // offer ggml_backend_comm_* (GGML_TRACE_VDEV_ALLREDUCE=1)
     bool integrated = false;  // like an APU: reads host buffers in place (GGML_TRACE_VDEV_INTEGRATED=1)
+    // async copies from host memory only out of its pinned host buffers, as Vulkan's (the others are
+    // declined: the scheduler copies synchronously) (GGML_TRACE_VDEV_HOST_COPIES=pinned; default: any)
+    bool pinned_host_copies = false;
 };
 extern Knobs g_knobs;
 

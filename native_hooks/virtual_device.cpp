@@ -13,7 +13,9 @@
 // memory, and their work reads host tensors in place when the queue runs it). Semantics follow
 // CUDA streams: buffer calls are synchronous and unordered with the stream; events capture the work
 // enqueued before the record. On backend API 3, GGML_TRACE_VDEV_ALLOC_DEPS makes them declare allocation
-// dependencies from graph_optimize (be_graph_optimize).
+// dependencies from graph_optimize (be_graph_optimize). GGML_TRACE_VDEV_HOST_COPIES=pinned makes the
+// devices copy asynchronously from host memory only out of their pinned host buffer type (VDEVn_Host,
+// which they then offer: host memory the CPU backend uses like its own), as Vulkan does.
 #include "virtual_device.h"
 
 #include <stdio.h>
@@ -40,8 +42,10 @@ struct VDevice {
     int index;
     char name[16];
     char buft_name[16];
+    char host_buft_name[24];
     ggml_backend_device dev;
     ggml_backend_buffer_type buft;
+    ggml_backend_buffer_type host_buft;  // "pinned" host memory: is_host, the CPU backend's to use
     std::mutex streams_mutex;
     std::vector<Stream *> streams;  // of the backends alive on this device
 };
@@ -68,6 +72,15 @@ void clone(Op * op, std::unordered_map<const ggml_tensor *, size_t> & index, con
 // ------------------------------------------------------------------ backend
 
 Stream * stream_of(ggml_backend_t backend) { return (Stream *) backend->context; }
+
+bool is_pinned_host_buffer(ggml_backend_buffer_t b) {
+    for (int i = 0; i < g_n_devices; i++) {
+        if (b && b->buft == &g_devices[i].host_buft) {
+            return true;
+        }
+    }
+    return false;
+}
 
 bool is_vdev_buffer(ggml_backend_buffer_t b) {
     for (int i = 0; i < g_n_devices; i++) {
@@ -117,6 +130,9 @@ bool be_cpy_tensor_async(ggml_backend_t src_backend, ggml_backend_t dst_backend,
     }
     Stream * d = stream_of(dst_backend);
     if (g_cpu.buffer_is_host(src->buffer)) {
+        if (g_knobs.pinned_host_copies && !is_pinned_host_buffer(src->buffer)) {
+            return false;  // pageable memory: the scheduler copies synchronously
+        }
         enqueue_copy(d, dst->data, src->data, g_cpu.nbytes(src));
         return true;
     }
@@ -259,7 +275,10 @@ void buf_clear(ggml_backend_buffer_t b, uint8_t v) {
     memset(((BufferCtx *) b->context)->data, v, b->size);
 }
 
-const char * buft_get_name(ggml_backend_buffer_type_t buft) { return ((VDevice *) buft->context)->buft_name; }
+const char * buft_get_name(ggml_backend_buffer_type_t buft) {
+    VDevice * d = (VDevice *) buft->context;
+    return buft == &d->host_buft ? d->host_buft_name : d->buft_name;
+}
 
 ggml_backend_buffer_t buft_alloc(ggml_backend_buffer_type_t buft, size_t size) {
     BufferCtx * c = new BufferCtx{nullptr, size};
@@ -279,7 +298,8 @@ ggml_backend_buffer_t buft_alloc(ggml_backend_buffer_type_t buft, size_t size) {
     return g_cpu.buffer_init(buft, iface, c, size);
 }
 size_t buft_alignment(ggml_backend_buffer_type_t) { return 64; }
-bool buft_is_host(ggml_backend_buffer_type_t) { return false; }  // the point: the scheduler must copy
+// the device's own memory is not host memory (the point: the scheduler must copy); its pinned host buffers are
+bool buft_is_host(ggml_backend_buffer_type_t buft) { return buft == &((VDevice *) buft->context)->host_buft; }
 
 // ------------------------------------------------------------------ allreduce
 
@@ -404,6 +424,7 @@ ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *) {
 }
 
 ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t dev) { return &vdev_of(dev).buft; }
+ggml_backend_buffer_type_t dev_get_host_buffer_type(ggml_backend_dev_t dev) { return &vdev_of(dev).host_buft; }
 
 bool dev_supports_op(ggml_backend_dev_t, const ggml_tensor * op) { return g_cpu_dev->iface.supports_op(g_cpu_dev, op); }
 // An integrated device shares the host's memory: host buffers are its own too (no input copies).
@@ -503,6 +524,8 @@ bool setup_virtual_devices() {
     g_knobs.threads = (int) env_num("GGML_TRACE_VDEV_THREADS", 1);
     g_knobs.allreduce = env_num("GGML_TRACE_VDEV_ALLREDUCE", 0) != 0;
     g_knobs.integrated = env_num("GGML_TRACE_VDEV_INTEGRATED", 0) != 0;
+    const char * host_copies = getenv("GGML_TRACE_VDEV_HOST_COPIES");
+    g_knobs.pinned_host_copies = host_copies && strcmp(host_copies, "pinned") == 0;
 
     memset(&g_reg, 0, sizeof(g_reg));
     g_reg.api_version = GGML_BACKEND_API_VERSION;
@@ -522,6 +545,9 @@ bool setup_virtual_devices() {
         d.buft.iface.is_host = buft_is_host;
         d.buft.device = &d.dev;
         d.buft.context = &d;
+        snprintf(d.host_buft_name, sizeof(d.host_buft_name), "VDEV%d_Host", i);
+        d.host_buft = d.buft;  // the same allocator; is_host and its name tell them apart
+
         memset(&d.dev, 0, sizeof(d.dev));
         ggml_backend_device_i & f = d.dev.iface;
         f.get_name = dev_get_name;
@@ -531,6 +557,8 @@ bool setup_virtual_devices() {
         f.get_props = dev_get_props;
         f.init_backend = dev_init_backend;
         f.get_buffer_type = dev_get_buffer_type;
+        // offered only where it changes something: programs (llama.cpp) put their CPU buffers in it
+        f.get_host_buffer_type = g_knobs.pinned_host_copies ? dev_get_host_buffer_type : nullptr;
         f.supports_op = dev_supports_op;
         f.supports_buft = dev_supports_buft;
         f.offload_op = dev_offload_op;

@@ -2,8 +2,10 @@
 // async backends need. Each prints a hash of its result; `ggml-trace scenario` compares it with the
 // same graph computed on the CPU alone. The async devices are ggml-trace's virtual devices (VDEVn),
 // so the program runs under the hooks with GGML_TRACE_VIRTUAL_DEVICES set.
-//   ggml-trace-scenarios NAME [--cpu-only] [--seed S] [--backend vdev|vulkan]
+//   ggml-trace-scenarios NAME [--cpu-only] [--seed S] [--backend vdev|vulkan] [--devices N]
+//                        [--device NAME]... [--buffer pageable|pinned] [--parallel 0|1]
 //   ggml-trace-scenarios spec --spec FILE [...]   (a reproduction written by `ggml-trace reduce`)
+//   ggml-trace-scenarios devices                  (the devices ggml lists here, a line each)
 // Graph pictures and what each scenario checks: docs/scenarios.md; the spec language: docs/reduce.md.
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "device_work.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -219,6 +222,156 @@ ggml_tensor * user_input_stall(Scenario & s, std::mt19937 & rng) {
 }
 
 
+// -- the orderings a scheduler must support (sweep's patterns, docs/scenarios.md) ----------------
+// Values pass through adds and scales by one, so every backend computes them bit for bit as the CPU
+// does (no fused multiply-add can round differently), and every step adds its own amount: a copy
+// that is stale or misrouted changes a number.
+
+// The scenario's backends as one list: 0 the CPU, then its devices.
+ggml_backend_t backend_at(Scenario & s, int k) { return k == 0 ? s.cpu : s.dev(k - 1); }
+
+ggml_tensor * plus(Scenario & s, ggml_tensor * t, float k) { return ggml_scale_bias(s.ctx, t, 1.0f, k); }
+
+// A walk over the scenario's backends (the CPU and its devices) that hops from u to v for every
+// ordered pair u != v; `hop(from, to)` adds the step that lands on `to` (from: -1 for the first).
+template <typename Hop> void every_ordered_pair(Scenario & s, Hop hop) {
+    const int m = 1 + s.n_devices;
+    int cur = -1;
+    for (int u = 0; u < m; u++) {
+        for (int v = 0; v < m; v++) {
+            if (u == v) continue;
+            if (cur != u) {
+                hop(cur, u);
+                cur = u;
+            }
+            hop(cur, v);
+            cur = v;
+        }
+    }
+}
+
+// A chain across every ordered pair of backends: each hop a split of its own.
+//   x -> [CPU] h0 = x+1 -> [VDEV0] h1 = h0+2 -> [CPU] h2 -> [VDEV1] h3 -> [CPU] ... -> [VDEV1] hN
+ggml_tensor * chain(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * t = s.input("x", rng);
+    int step = 0;
+    every_ordered_pair(s, [&](int, int to) {
+        char name[16];
+        snprintf(name, sizeof(name), "h%d", step);
+        t = s.on(backend_at(s, to), plus(s, t, (float) (step + 1)), name);
+        step++;
+    });
+    return t;
+}
+
+// All-to-all ping-pong: the same walk, and every second hop also adds a user input placed on the
+// *sender's* backend, so that the receiving split copies an activation and an input together, both
+// from the sender.
+//   ... [VDEV0] h3 -> [VDEV1] h4 = h3 + u4 (u4 a user input on VDEV0) -> [CPU] h5 = h4+6 ...
+ggml_tensor * ping_pong(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * t = s.input("x", rng);
+    int step = 0;
+    every_ordered_pair(s, [&](int from, int to) {
+        char name[16];
+        ggml_tensor * next;
+        if (step % 2 == 1 && from >= 0) {
+            snprintf(name, sizeof(name), "u%d", step);
+            ggml_tensor * u = s.input(name, rng);
+            s.placement.push_back({u, backend_at(s, from)});
+            next = ggml_add(s.ctx, t, u);
+        } else {
+            next = plus(s, t, (float) (step + 1));
+        }
+        snprintf(name, sizeof(name), "h%d", step);
+        t = s.on(backend_at(s, to), next, name);
+        step++;
+    });
+    return t;
+}
+
+// Constants resident on a backend (weights: uploaded once, never written between graphs), by name,
+// alive to the end: a pipelined scenario builds its graph anew every iteration.
+struct Constant {
+    ggml_context * ctx;
+    ggml_backend_buffer_t buf;
+    ggml_tensor * t;
+};
+std::map<std::string, Constant> g_constants;
+
+ggml_tensor * constant(Scenario & s, const char * name, ggml_backend_t b, float value) {
+    auto it = g_constants.find(name);
+    if (it != g_constants.end()) return it->second.t;
+    Constant c;
+    ggml_init_params params = {ggml_tensor_overhead(), nullptr, true};
+    c.ctx = ggml_init(params);
+    c.t = ggml_new_tensor_1d(c.ctx, GGML_TYPE_F32, s.n_elements);
+    ggml_set_name(c.t, name);
+    c.buf = ggml_backend_alloc_ctx_tensors(c.ctx, b);
+    ggml_backend_buffer_set_usage(c.buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    std::vector<float> v(s.n_elements);
+    for (size_t i = 0; i < v.size(); i++) v[i] = value + 0.125f * (float) (i % 8);
+    ggml_backend_tensor_set(c.t, v.data(), 0, ggml_nbytes(c.t));
+    g_constants[name] = c;
+    return c.t;
+}
+
+void free_constants() {
+    for (auto & c : g_constants) {
+        ggml_backend_buffer_free(c.second.buf);
+        ggml_free(c.second.ctx);
+    }
+    g_constants.clear();
+}
+
+// Lanes: one split makes two values that two independent splits consume; an inputless split on a
+// device and one on the CPU start again from a constant resident on their backend; a later split
+// reads an older split's output; everything joins at the end.
+//   [VDEV0] a = x+1, b = x+2 ─┬─▶ [VDEV1] c = a+3 ──────────────────┐
+//                             └─▶ [CPU] d = b+5                      │ (c: three splits older)
+//   [VDEV0] e = k0+7   (no inputs: k0 resident on VDEV0)             ▼
+//   [VDEV1] f = c + e ─▶ [CPU] g = kc+9 (no inputs: kc on the CPU) ─▶ [VDEV0] out = (d + f) + g
+ggml_tensor * lanes(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * a = s.on(s.dev(0), plus(s, x, 1.0f), "a");
+    ggml_tensor * b = s.on(s.dev(0), plus(s, x, 2.0f), "b");
+    ggml_tensor * c = s.on(s.dev(1), plus(s, a, 3.0f), "c");
+    ggml_tensor * d = s.on(s.cpu, plus(s, b, 5.0f), "d");
+    ggml_tensor * e = s.on(s.dev(0), plus(s, constant(s, "k0", s.dev(0), 0.5f), 7.0f), "e");
+    ggml_tensor * f = s.on(s.dev(1), ggml_add(s.ctx, c, e), "f");
+    ggml_tensor * g = s.on(s.cpu, plus(s, constant(s, "kc", s.cpu, -0.25f), 9.0f), "g");
+    ggml_tensor * df = s.on(s.dev(0), ggml_add(s.ctx, d, f), "df");
+    ggml_tensor * out = s.on(s.dev(0), ggml_add(s.ctx, df, g), "out");
+    s.roots = {a, b, c, d, e, f, g, df, out};  // the graph's node order: the splits as drawn
+    return out;
+}
+
+// Y merge: a split receives activations from two different earlier splits, on two other backends.
+//   [VDEV0] a = x+1 ──┐
+//   [CPU]   c = w+3 ──┴─▶ [VDEV1] m = a + c ─▶ [CPU] out = m+4
+ggml_tensor * y_merge(Scenario & s, std::mt19937 & rng) {
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * w = s.input("w", rng);
+    ggml_tensor * a = s.on(s.dev(0), plus(s, x, 1.0f), "a");
+    ggml_tensor * c = s.on(s.cpu, plus(s, w, 3.0f), "c");
+    ggml_tensor * m = s.on(s.dev(1), ggml_add(s.ctx, a, c), "m");
+    ggml_tensor * out = s.on(s.cpu, plus(s, m, 4.0f), "out");
+    s.roots = {a, c, m, out};
+    return out;
+}
+
+// A user input beside an activation, on the sender's backend or on the receiver's, over decode-like
+// iterations with new inputs each time (sweep varies parallel: n_copies > 1 and scheduler events).
+//   [VDEV0] a = x+1 ─▶ [VDEV1] out = a + u      (u a user input on VDEV0, or on VDEV1)
+ggml_tensor * input_beside(Scenario & s, std::mt19937 & rng, bool on_sender) {
+    ggml_tensor * x = s.input("x", rng);
+    ggml_tensor * u = s.input("u", rng);
+    s.placement.push_back({u, on_sender ? s.dev(0) : s.dev(1)});
+    ggml_tensor * a = s.on(s.dev(0), plus(s, x, 1.0f), "a");
+    return s.on(s.dev(1), ggml_add(s.ctx, a, u), "out");
+}
+ggml_tensor * input_on_sender(Scenario & s, std::mt19937 & rng) { return input_beside(s, rng, true); }
+ggml_tensor * input_on_receiver(Scenario & s, std::mt19937 & rng) { return input_beside(s, rng, false); }
+
 // A reproduction read from a file (`ggml-trace reduce` writes it; docs/reduce.md). One statement a
 // line, `#` starts a comment:
 //   devices N | elements N | iterations N | pipelined 0|1
@@ -303,76 +456,8 @@ bool read_spec(const char * path, Spec & spec) {
     return true;
 }
 
-// A spec's `work`: the device's resident work, as a model's layers on its weights. Products of n x n
-// weights uploaded once into the device's memory (never written from the host between graphs), chained
-// `reps` times in every graph, so that the next graph's copy of a host input waits behind them on the
-// device's queue. Sized on the device before the first graph: n doubles from 256 until one product takes
-// an eighth of the time asked (4096 at most), then enough products to exceed it (64 at most). The same
-// sizing as the repro.cpp that `ggml-trace reduce` writes (tracer/repro_cpp.py).
-struct Work {
-    ggml_context * ctx = nullptr;
-    ggml_backend_buffer_t buf = nullptr;
-    ggml_tensor * a = nullptr;
-    ggml_tensor * b = nullptr;
-    ggml_tensor * c = nullptr;  // where the timed product goes
-    int n = 0, reps = 0;
-    double ms = 0;  // one product, measured
-};
-
-// Every size tried; freed only at exit: ggml-vulkan's descriptor sets keep naming a freed buffer, and
-// lavapipe crashed reading them when the timed product's buffer was freed before the graphs ran.
-std::vector<Work> g_works;
+// A spec's `work`: the device's resident work (device_work.h), by the name its statement gives.
 std::map<std::string, size_t> g_work;  // a `work` statement's name -> the size it uses in g_works
-
-Work upload_weights(ggml_backend_t dev, int n) {
-    Work w;
-    w.n = n;
-    ggml_init_params params = {3 * ggml_tensor_overhead(), nullptr, true};
-    w.ctx = ggml_init(params);
-    w.a = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
-    w.b = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
-    w.c = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
-    w.buf = ggml_backend_alloc_ctx_tensors(w.ctx, dev);
-    ggml_backend_buffer_set_usage(w.buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    std::vector<float> v((size_t) n * n, 1.0f / n);  // a averages: chained products stay bounded
-    ggml_backend_tensor_set(w.a, v.data(), 0, ggml_nbytes(w.a));
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> d(-1, 1);
-    for (float & x : v) x = d(rng);
-    ggml_backend_tensor_set(w.b, v.data(), 0, ggml_nbytes(w.b));
-    return w;
-}
-
-// One product on the device, synchronously, in ms: the second of two (the first compiles and sizes buffers).
-double time_product(ggml_backend_t dev, const Work & w) {
-    ggml_init_params params = {2 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
-    ggml_context * ctx = ggml_init(params);
-    ggml_tensor * p = ggml_mul_mat(ctx, w.a, w.b);
-    ggml_backend_tensor_alloc(w.buf, p, w.c->data);
-    ggml_cgraph * graph = ggml_new_graph(ctx);
-    ggml_build_forward_expand(graph, p);
-    double ms = 0;
-    for (int i = 0; i < 2; i++) {
-        auto t0 = std::chrono::steady_clock::now();
-        ggml_backend_graph_compute(dev, graph);
-        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    }
-    ggml_free(ctx);
-    return ms;
-}
-
-// The size for `target_ms` on `dev`: its index in g_works
-size_t size_work(ggml_backend_t dev, double target_ms) {
-    for (int n = 256;; n *= 2) {
-        g_works.push_back(upload_weights(dev, n));
-        Work & w = g_works.back();
-        w.ms = time_product(dev, w);
-        if (w.ms >= target_ms / 8 || n >= 4096) break;
-    }
-    Work & w = g_works.back();
-    w.reps = std::min(64, std::max(1, (int) std::ceil(target_ms / w.ms)));
-    return g_works.size() - 1;
-}
 
 ggml_tensor * from_spec(Scenario & s, std::mt19937 & rng) {
     s.n_elements = g_spec.elements;
@@ -440,18 +525,25 @@ struct Entry {
     Builder build;
     int devices;
     bool pipelined;  // parallel=true, iterations not synchronized: results read asynchronously
+    bool repeated;   // 8 iterations with new inputs, synchronized, as decode steps (else one graph)
 };
 
 const Entry SCENARIOS[] = {
-    {"inputless-reuse", inputless_reuse, 1, false},
-    {"cpu-async-cpu", cpu_async_cpu, 1, false},
-    {"y-graph", y_graph, 2, false},
-    {"x-graph", x_graph, 2, false},
-    {"random-dag", random_dag, 3, false},
-    {"pipeline", pipeline, 3, false},
-    {"pipeline-input-reuse", pipeline_input_reuse, 2, true},
-    {"user-input-stall", user_input_stall, 3, false},
-    {"alloc-dep", alloc_dep, 1, false},
+    {"inputless-reuse", inputless_reuse, 1, false, false},
+    {"cpu-async-cpu", cpu_async_cpu, 1, false, false},
+    {"y-graph", y_graph, 2, false, false},
+    {"x-graph", x_graph, 2, false, false},
+    {"random-dag", random_dag, 3, false, false},
+    {"pipeline", pipeline, 3, false, true},
+    {"pipeline-input-reuse", pipeline_input_reuse, 2, true, true},
+    {"user-input-stall", user_input_stall, 3, false, true},
+    {"alloc-dep", alloc_dep, 1, false, false},
+    {"chain", chain, 2, false, false},
+    {"ping-pong", ping_pong, 2, false, false},
+    {"lanes", lanes, 2, false, false},
+    {"y-merge", y_merge, 2, false, false},
+    {"input-on-sender", input_on_sender, 2, false, true},
+    {"input-on-receiver", input_on_receiver, 2, false, true},
 };
 
 uint64_t fnv(const void * p, size_t n) {
@@ -580,6 +672,13 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "\n");
         return 2;
     }
+    if (strcmp(argv[1], "devices") == 0) {  // what this process sees: one device name a line (sweep asks)
+        for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+            ggml_backend_dev_t d = ggml_backend_dev_get(i);
+            printf("%s\t%s\n", ggml_backend_dev_name(d), ggml_backend_dev_description(d));
+        }
+        return 0;
+    }
     if (strcmp(argv[1], "meta-allreduce") == 0) {  // its own set-up: a meta device, not placements
         int n_dev = 2;
         bool cpu_only = false;
@@ -595,7 +694,7 @@ int main(int argc, char ** argv) {
     for (const Entry & e : SCENARIOS) {
         if (strcmp(e.name, argv[1]) == 0) entry = &e;
     }
-    static Entry spec_entry = {"spec", from_spec, 1, false};
+    static Entry spec_entry = {"spec", from_spec, 1, false, false};
     if (strcmp(argv[1], "spec") == 0) {
         const char * path = nullptr;
         for (int i = 2; i + 1 < argc; i++) {
@@ -626,17 +725,30 @@ int main(int argc, char ** argv) {
     s.cpu_only = false;
     unsigned seed = 1;
     const char * backend_kind = "vdev";
+    const char * buffer = nullptr;  // the CPU's buffers: "pageable", "pinned" (default: pinned on Vulkan only)
+    int parallel_opt = -1;          // --parallel 0|1 (default: the scenario's own)
+    std::vector<std::string> device_names;  // --device NAME..., the scenario's devices in order
     int n_devices = entry->devices;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--cpu-only") == 0) s.cpu_only = true;
         if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = (unsigned) atoi(argv[++i]);
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend_kind = argv[++i];
         if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc) n_devices = atoi(argv[++i]);
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device_names.push_back(argv[++i]);
+        if (strcmp(argv[i], "--buffer") == 0 && i + 1 < argc) buffer = argv[++i];
+        if (strcmp(argv[i], "--parallel") == 0 && i + 1 < argc) parallel_opt = atoi(argv[++i]);
+    }
+    if (buffer && strcmp(buffer, "pageable") != 0 && strcmp(buffer, "pinned") != 0) {
+        fprintf(stderr, "--buffer %s: give pageable or pinned\n", buffer);
+        return 2;
     }
     s.n_devices = n_devices;
     s.cpu = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(s.cpu, 1);  // small graphs; spinning thread pools only add noise
-    if (!s.cpu_only && strcmp(backend_kind, "vulkan") == 0) {
+    if (!s.cpu_only && !device_names.empty()) {
+        // named devices (sweep): the scenario's device i is the i-th, the later ones fold onto the last
+        for (const std::string & name : device_names) s.backends.push_back(device_backend(name.c_str()));
+    } else if (!s.cpu_only && strcmp(backend_kind, "vulkan") == 0) {
         s.backends.push_back(device_backend("Vulkan0"));  // a real device: lavapipe, a GPU
         // the scenario's other devices: virtual ones beside it, where they were asked for
         for (int i = 1; i < n_devices && ggml_backend_dev_by_name(("VDEV" + std::to_string(i - 1)).c_str()); i++) {
@@ -649,16 +761,23 @@ int main(int argc, char ** argv) {
         }
     }
     s.backends.push_back(s.cpu);
-    const bool parallel = strcmp(entry->name, "pipeline") == 0 || entry->pipelined;
-    const bool repeated = strcmp(entry->name, "user-input-stall") == 0;  // decode steps, as llama.cpp's
-    const int iterations = entry == &spec_entry ? g_spec.iterations : parallel || repeated ? 8 : 1;
+    // parallel: the scheduler's (several copies of the split inputs, events); pipelined: a new graph
+    // each iteration, none waited for but the last. --parallel 1 sets both, --parallel 0 neither.
+    const bool pipelined = parallel_opt >= 0 ? parallel_opt == 1 : entry->pipelined;
+    const bool parallel = parallel_opt >= 0 ? parallel_opt == 1 : strcmp(entry->name, "pipeline") == 0 || entry->pipelined;
+    const int iterations = entry == &spec_entry ? g_spec.iterations : parallel || pipelined || entry->repeated ? 8 : 1;
     // On a real device the CPU's buffers are the device's pinned host memory, as llama.cpp makes
     // them when it offloads: then copies into the device read them asynchronously (the #23321 path).
     std::vector<ggml_backend_buffer_type_t> bufts;
     for (ggml_backend_t b : s.backends) bufts.push_back(ggml_backend_get_default_buffer_type(b));
     ggml_backend_dev_t first = s.backends.size() > 1 ? ggml_backend_get_device(s.backends[0]) : nullptr;
     ggml_backend_buffer_type_t host = first ? ggml_backend_dev_host_buffer_type(first) : nullptr;
-    if (strcmp(backend_kind, "vulkan") == 0 && host) bufts.back() = host;
+    const bool pinned_cpu = buffer ? strcmp(buffer, "pinned") == 0 : strcmp(backend_kind, "vulkan") == 0;
+    if (pinned_cpu && first && !host) {
+        fprintf(stderr, "--buffer pinned: %s has no pinned host buffer type\n", ggml_backend_dev_name(first));
+        return 2;
+    }
+    if (pinned_cpu && host) bufts.back() = host;
     s.sched = ggml_backend_sched_new(s.backends.data(), bufts.data(), (int) s.backends.size(), 2048, parallel, false);
     for (auto & w : g_spec.statements) {
         if (w[0] != "work" || s.cpu_only) continue;
@@ -694,19 +813,19 @@ int main(int argc, char ** argv) {
     // ... into the device's pinned memory where it has one, as llama.cpp's outputs: ggml-vulkan drains its
     // queue to read into pageable memory, which would order every graph after the one before
     const size_t result_bytes = result.size() * sizeof(float);
-    ggml_backend_buffer_t pinned = entry->pipelined && host ? ggml_backend_buft_alloc_buffer(host, iterations * result_bytes)
-                                                            : nullptr;
+    ggml_backend_buffer_t pinned = pipelined && host ? ggml_backend_buft_alloc_buffer(host, iterations * result_bytes)
+                                                     : nullptr;
     uint64_t hash = 0;
     for (int it = 0; it < iterations; it++) {
         // The others allocate once: with parallel=true, re-allocating the same graph after a reset crashes in
         // ggml_gallocr_alloc_graph on b10531 (an uninitialised leaf allocation; see docs/scenarios.md).
         // Pipelined, like llama.cpp's ubatches: a new graph each iteration, allocated anew, which moves the
         // scheduler on to its next copy of the split inputs.
-        if (entry->pipelined && it > 0) {
+        if (pipelined && it > 0) {
             ggml_backend_sched_reset(s.sched);
             graph = build_graph();
         }
-        if (it == 0 || entry->pipelined) {
+        if (it == 0 || pipelined) {
             s.place();
             if (!ggml_backend_sched_alloc_graph(s.sched, graph)) {
                 fprintf(stderr, "allocation failed\n");
@@ -729,7 +848,7 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "compute failed\n");
             return 1;
         }
-        if (entry->pipelined) {  // as llama.cpp reads logits: queued behind the graph, no wait
+        if (pipelined) {  // as llama.cpp reads logits: queued behind the graph, no wait
             void * to = pinned ? (void *) ((uint8_t *) ggml_backend_buffer_get_base(pinned) + it * result_bytes) : results[it].data();
             ggml_backend_tensor_get_async(ggml_backend_sched_get_tensor_backend(s.sched, out), out, to, 0, result_bytes);
             continue;
@@ -738,7 +857,7 @@ int main(int argc, char ** argv) {
         ggml_backend_tensor_get(out, result.data(), 0, result.size() * sizeof(float));
         hash = hash * 31 + fnv(result.data(), result.size() * sizeof(float));
     }
-    if (entry->pipelined) {
+    if (pipelined) {
         ggml_backend_sched_synchronize(s.sched);
         for (int it = 0; pinned && it < iterations; it++) {
             memcpy(results[it].data(), (uint8_t *) ggml_backend_buffer_get_base(pinned) + it * result_bytes, result_bytes);
@@ -750,10 +869,8 @@ int main(int argc, char ** argv) {
 
     ggml_backend_sched_free(s.sched);
     if (pinned) ggml_backend_buffer_free(pinned);
-    for (Work & w : g_works) {
-        ggml_backend_buffer_free(w.buf);
-        ggml_free(w.ctx);
-    }
+    free_works();
+    free_constants();
     for (ggml_context * c : contexts) ggml_free(c);
     for (ggml_backend_t b : s.backends) ggml_backend_free(b);
     return 0;

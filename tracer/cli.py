@@ -323,8 +323,10 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
 
     from .cli_record import add_record_commands
+    from .cli_sweep import add_sweep_command
 
     add_record_commands(sub)
+    add_sweep_command(sub)
 
     p = sub.add_parser("summary", help="per-backend splits, copies, synchronizations")
     add_reading_args(p, together=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .hooks import SOURCE_ROOT
+
 OPS = {"scale": "ggml_scale(ctx, {a}, 2.0f)", "cont": "ggml_cont(ctx, {a})", "sqr": "ggml_sqr(ctx, {a})",
        "add": "ggml_add(ctx, {a}, {b})", "mul": "ggml_mul(ctx, {a}, {b})"}
 
@@ -64,83 +66,11 @@ def _graph_code(spec: dict) -> str:
     return "\n".join(lines)
 
 
-WORK_CPP = r"""// The device's resident work, as a model's layers on its weights: products of n x n weights uploaded
-// once into device memory (never written from the host between graphs), chained `reps` times in every
-// graph, so that the next graph's copy waits behind at least WORK_MS of it on the device's queue (what
-// the traced read waited there). Sized on the device at start: n doubles from 256 until one product
-// takes an eighth of WORK_MS (4096 at most), then enough products to exceed it (64 at most).
+WORK_CPP = r"""// The device's resident work (below, from the scenarios' device_work.h): chained in every graph, so
+// that the next graph's copy waits behind at least WORK_MS of it on the device's queue (what the
+// traced read waited there).
 static const double WORK_MS = @WORK_MS@;
-struct Work {
-    ggml_context * ctx = nullptr;
-    ggml_backend_buffer_t buf = nullptr;
-    ggml_tensor * a = nullptr;
-    ggml_tensor * b = nullptr;
-    ggml_tensor * c = nullptr;  // where the timed product goes
-    int n = 0, reps = 0;
-    double ms = 0;  // one product, measured
-};
-// Every size tried, the last one used; freed only at exit: ggml-vulkan's descriptor sets keep naming
-// a freed buffer, and lavapipe crashed reading them when the timed product's buffer was freed early.
-static std::vector<Work> g_works;
-
-static Work upload_weights(ggml_backend_t dev, int n) {
-    Work w;
-    w.n = n;
-    ggml_init_params params = {3 * ggml_tensor_overhead(), nullptr, true};
-    w.ctx = ggml_init(params);
-    w.a = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
-    w.b = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
-    w.c = ggml_new_tensor_2d(w.ctx, GGML_TYPE_F32, n, n);
-    w.buf = ggml_backend_alloc_ctx_tensors(w.ctx, dev);
-    ggml_backend_buffer_set_usage(w.buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    std::vector<float> v((size_t) n * n, 1.0f / n);  // a averages: chained products stay bounded
-    ggml_backend_tensor_set(w.a, v.data(), 0, ggml_nbytes(w.a));
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> d(-1, 1);
-    for (float & x : v) x = d(rng);
-    ggml_backend_tensor_set(w.b, v.data(), 0, ggml_nbytes(w.b));
-    return w;
-}
-
-// One product on the device, synchronously, in ms: the second of two (the first compiles and sizes buffers).
-static double time_product(ggml_backend_t dev, const Work & w) {
-    ggml_init_params params = {2 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
-    ggml_context * ctx = ggml_init(params);
-    ggml_tensor * p = ggml_mul_mat(ctx, w.a, w.b);
-    ggml_backend_tensor_alloc(w.buf, p, w.c->data);
-    ggml_cgraph * graph = ggml_new_graph(ctx);
-    ggml_build_forward_expand(graph, p);
-    double ms = 0;
-    for (int i = 0; i < 2; i++) {
-        auto t0 = std::chrono::steady_clock::now();
-        ggml_backend_graph_compute(dev, graph);
-        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    }
-    ggml_free(ctx);
-    return ms;
-}
-
-static void size_work(ggml_backend_t dev) {
-    for (int n = 256;; n *= 2) {
-        g_works.push_back(upload_weights(dev, n));
-        Work & w = g_works.back();
-        w.ms = time_product(dev, w);
-        if (w.ms >= WORK_MS / 8 || n >= 4096) break;
-    }
-    Work & w = g_works.back();
-    w.reps = std::min(64, std::max(1, (int) std::ceil(WORK_MS / w.ms)));
-    fprintf(stderr, "device work: %d products of %dx%d weights a graph, %.3f ms each, for %g ms ahead of each copy\n",
-            w.reps, w.n, w.n, w.ms, WORK_MS);
-}
-
-static void free_work() {
-    for (Work & w : g_works) {
-        ggml_backend_buffer_free(w.buf);
-        ggml_free(w.ctx);
-    }
-    g_works.clear();
-}
-
+@DEVICE_WORK@
 static void work(Graph & g, const char * name, ggml_backend_t b) {
     if (!g.device) return;  // the CPU alone: the result never reads the work
     const Work & w = g_works.back();
@@ -154,6 +84,18 @@ static void work(Graph & g, const char * name, ggml_backend_t b) {
 }
 
 """
+SIZE_WORK_CPP = r"""    {
+        const Work & w = g_works[size_work(dev, WORK_MS)];
+        fprintf(stderr, "device work: %d products of %dx%d weights a graph, %.3f ms each, for %g ms ahead of each copy\n",
+                w.reps, w.n, w.n, w.ms, WORK_MS);
+    }
+"""
+
+
+def device_work_source() -> str:
+    """scenarios/device_work.h without its include lines (repro.cpp includes what it needs itself)."""
+    text = (SOURCE_ROOT / "scenarios" / "device_work.h").read_text()
+    return "\n".join(x for x in text.splitlines() if not x.startswith(("#include", "#pragma once"))) + "\n"
 
 
 def one_line(text: str) -> str:
@@ -168,9 +110,10 @@ def cpp(spec_text: str, title: str, missing: str) -> str:
     title, missing = one_line(title), one_line(missing)
     pipelined = "true" if spec["pipelined"] else "false"
     work_ms = f'{spec["work_us"] / 1000:g}'
-    work_code = WORK_CPP.replace("@WORK_MS@", work_ms) if spec["work_us"] else ""
-    size_work = "    size_work(dev);\n" if spec["work_us"] else ""
-    free_work = "    free_work();\n" if spec["work_us"] else ""
+    work_code = (WORK_CPP.replace("@WORK_MS@", work_ms).replace("@DEVICE_WORK@", device_work_source())
+                 if spec["work_us"] else "")
+    size_work = SIZE_WORK_CPP if spec["work_us"] else ""
+    free_work = "    free_works();\n" if spec["work_us"] else ""
     return f'''// {title}
 // Written by `ggml-trace reduce`: {missing}
 //

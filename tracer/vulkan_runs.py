@@ -6,8 +6,9 @@ same prompt and seed (greedy sampling), with the race analysis of each trace.
 
 writes DIR/run-NNN.ggmltrace, DIR/run-NNN.txt (the output) and DIR/summary.json, and prints the summary.
 llama-completion prints through a logger thread that llama.cpp leaks at exit, so the last lines can
-be lost: a run counts as complete only when its log shows the final performance print ("graphs
-reused"), and only complete runs are compared; incomplete ones are retried up to `--runs` more times.
+be lost; the hooks drain it at exit (native_hooks/startup.cpp), so every run, the reference too, is
+traced. A run counts as complete when its log shows the final performance print ("graphs reused");
+only complete runs are compared, and an incomplete one is counted, never retried.
 """
 import argparse
 import json
@@ -33,17 +34,19 @@ def build_env(bin_dir: Path, **extra) -> dict:
     return dict(libraries_first(bin_dir.resolve()), **extra)
 
 
-def reference(bin_dir: Path, model, n_predict: int, tries: int = 5) -> bytes:
-    """The output with every device disabled (`-dev none`: CPU only)."""
+def reference(bin_dir: Path, model, n_predict: int, out_dir: Path) -> bytes:
+    """The output with every device disabled (`-dev none`: CPU only), traced so that its log is
+    drained at exit."""
     exe = str(bin_dir / "llama-completion")
-    for _ in range(tries):
-        r = subprocess.run([exe, *completion_args(model, n_predict, ["-dev", "none"])], capture_output=True,
-                           timeout=300, env=build_env(bin_dir))
-        if r.returncode != 0:
-            raise RuntimeError(f"the CPU reference run failed ({r.returncode}): {r.stderr[-2000:]!r}")
-        if FINAL_LINE.encode() in r.stderr:
-            return r.stdout
-    raise RuntimeError(f"the CPU reference run never completed its log in {tries} tries")
+    cmd = [sys.executable, "-m", "ggml_trace.tracer.cli", "record", "--no-nvml", "-o",
+           str(out_dir / "reference.ggmltrace"), "--", exe, *completion_args(model, n_predict, ["-dev", "none"])]
+    (out_dir / "reference.ggmltrace").unlink(missing_ok=True)
+    r = subprocess.run(cmd, capture_output=True, timeout=300, env=build_env(bin_dir))
+    if r.returncode != 0:
+        raise RuntimeError(f"the CPU reference run failed ({r.returncode}): {r.stderr[-2000:]!r}")
+    if FINAL_LINE.encode() not in r.stderr:
+        raise RuntimeError(f"the CPU reference run's log stops before its end: {r.stderr[-2000:]!r}")
+    return r.stdout
 
 
 def verdicts(trace: Path) -> list:
@@ -60,16 +63,15 @@ def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True
     # absolute: the summary names them, wherever it is read
     bin_dir, out_dir, model = Path(bin_dir).resolve(), Path(out_dir).resolve(), Path(model).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    ref = reference(bin_dir, model, n_predict)
+    ref = reference(bin_dir, model, n_predict, out_dir)
     (out_dir / "reference.txt").write_bytes(ref)
     exe = str(bin_dir / "llama-completion")
     cli = [sys.executable, "-m", "ggml_trace.tracer.cli", "record"]
     env = build_env(bin_dir, GGML_VK_VISIBLE_DEVICES=visible_devices)
     rows: list[dict] = []
-    attempts = 0
-    while len(rows) < runs and attempts < 2 * runs:
-        i, attempts = attempts, attempts + 1
+    for i in range(runs):
         trace = out_dir / f"run-{i:03d}.ggmltrace"
+        trace.unlink(missing_ok=True)
         cmd = [*cli, *(["--device-timing"] if device_timing else []), "--no-nvml", "-o", str(trace), "--",
                exe, *completion_args(model, n_predict, ["-ngl", "99", "-nkvo", *extra])]
         r = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env)
@@ -77,16 +79,16 @@ def run(bin_dir, model, runs: int = 20, out_dir=None, device_timing: bool = True
         (out_dir / f"run-{i:03d}.log").write_bytes(r.stderr)
         if r.returncode != 0:  # a crash is a finding, never a skipped run
             rows.append({"run": i, "returncode": r.returncode, "complete": False, "crashed": True})
-            continue
-        if FINAL_LINE.encode() not in r.stderr:
-            continue  # the log was cut at exit: not comparable
-        rows.append({"run": i, "returncode": 0, "complete": True, "crashed": False,
-                     "corrupt": r.stdout != ref, "races": verdicts(trace), "trace": str(trace)})
+        elif FINAL_LINE.encode() not in r.stderr:  # its log stops before its end: not comparable
+            rows.append({"run": i, "returncode": 0, "complete": False, "crashed": False})
+        else:
+            rows.append({"run": i, "returncode": 0, "complete": True, "crashed": False,
+                         "corrupt": r.stdout != ref, "races": verdicts(trace), "trace": str(trace)})
     done = [x for x in rows if x["complete"]]
     corrupt = [x for x in done if x["corrupt"]]
     summary = {
         "bin": str(bin_dir), "model": str(model), "device_timing": device_timing,
-        "complete_runs": len(done), "incomplete_runs": attempts - len(rows),
+        "complete_runs": len(done), "incomplete_runs": sum(not x["complete"] and not x["crashed"] for x in rows),
         "crashed_runs": sum(x["crashed"] for x in rows),
         "corrupt_runs": len(corrupt),
         "verdicts_corrupt": dict(Counter(_pair_verdict(x) for x in corrupt)),

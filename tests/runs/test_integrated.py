@@ -18,6 +18,7 @@ import pytest
 from ggml_trace import analysis
 from ggml_trace.analysis import load
 from ggml_trace.tracer import programs
+from ggml_trace.tracer.vulkan_runs import FINAL_LINE
 from support import ggml_trace, same_text
 
 FIXED = "b11434-ubatchsync"  # make setup: b11434 + patches/ubatch-sync.patch (libllama)
@@ -33,19 +34,14 @@ def completion(build, *extra):
 
 
 @pytest.fixture(scope="module")
-def cpu_only():
-    """The expected output: the longest of three runs on the CPU alone. llama-completion's logger can
-    drop the end of its output at exit (more than a cut tail's 8 bytes here once: five of this random
-    model's multi-byte tokens), and it only ever drops."""
-    outs = []
-    for _ in range(3):
-        r = subprocess.run(completion("b11434", "-dev", "none"), capture_output=True, text=True, errors="replace",
-                           timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs.append(r.stdout)
-    longest = max(outs, key=len)
-    assert all(longest.startswith(o.rstrip().rstrip("\ufffd")) for o in outs), outs  # cut, never different
-    return longest
+def cpu_only(tmp_path_factory):
+    """The expected output: a run on the CPU alone, traced so that llama.cpp's logger is drained at
+    exit (it loses its last lines otherwise, upstream #22142): its log ends with the final print."""
+    out = tmp_path_factory.mktemp("cpu") / "cpu.ggmltrace"
+    r = ggml_trace("record", "--build", "b11434", "--no-nvml", "-o", out, "--", *completion("b11434", "-dev", "none"),
+                   timeout=300)
+    assert r.returncode == 0 and FINAL_LINE in r.stderr, r.stderr[-2000:]
+    return r.stdout
 
 
 def record(build, out, *options, integrated=True, env=None):

@@ -43,9 +43,10 @@ TRACER_LAYERS = {
                   "outputs"],
     # programs, scenarios and builds run and recorded; races forced and reduced
     "control": ["programs", "scenario", "build_hooks", "demo", "force", "reduce", "replay_limits", "repro_cpp",
-                "vulkan_runs", "record_args"],
+                "vulkan_runs", "record_args", "sweep"],
     # the command line, and diagnose, which runs the others' work in one command and writes its report
-    "command": ["cli", "cli_common", "cli_views", "cli_record", "cli_diagnose", "diagnose", "issue"],
+    "command": ["cli", "cli_common", "cli_views", "cli_record", "cli_diagnose", "diagnose", "issue", "cli_sweep",
+                "sweep_report"],
 }
 # every layer, lowest first
 ORDER = ["format", "read", "recording", "frames", "judge", "show", "control", "command"]
