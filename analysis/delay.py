@@ -1,10 +1,12 @@
 """How long each injected delay really stalled the queue it targeted (docs/delay.md).
 
-For a delay on a queue (virtual device) or a CUDA stream, the stall is measured on the device
-side: the targeted operation's first device start minus the later of (the end of the work before
-it on the same queue or stream, the moment the host had enqueued the delay). A virtual device's own
-device_exec records time its queue; CUPTI's kernel and copy records time a CUDA stream. For a
-host delay, the stall is the targeted call's start minus the injection (the submission delay).
+For a delay on a queue (virtual device), a CUDA stream or a backend's own queue (products, "work"),
+the stall is measured on the device side: the targeted operation's first device start minus the
+later of (the end of the work before it on the same queue or stream, the moment the host had
+enqueued the delay). A virtual device's own device_exec records time its queue; CUPTI's kernel and
+copy records time a CUDA stream; Vulkan's markers bound its queue's operations (the start they give
+is the last moment the operation was seen not started: the stall is a lower bound). For a host
+delay, the stall is the targeted call's start minus the injection (the submission delay).
 
     python -m ggml_trace.analysis.delay TRACE [--tolerance 0.1]   # prints the table; exit 1 if any is off
 """
@@ -61,9 +63,11 @@ def delay_stalls(trace) -> pd.DataFrame:
     where = out["where"].astype(object).to_numpy()
     targets = out["target_call_id"].to_numpy(np.uint64)
 
-    # Virtual device queues: their device_exec records, by backend (delays themselves excluded).
+    # Virtual device queues, and a backend's own queue busy with products ("work": Vulkan's markers,
+    # which bound when each operation ran): their device_exec records, by backend (delays themselves
+    # excluded).
     dev = trace.device
-    dev = dev[(dev["source"] == "device") & (dev["kind"] != "delay")]
+    dev = dev[dev["source"].isin(["device", "markers"]) & (dev["kind"] != "delay")]
     qwork = pd.DataFrame({"call_id": dev["call_id"].to_numpy(np.uint64),
                           "key": dev["backend"].cat.codes.to_numpy(np.int64),
                           "t_begin": dev["t_begin"].to_numpy(np.int64),
@@ -74,8 +78,8 @@ def delay_stalls(trace) -> pd.DataFrame:
                           "key": g["device"].to_numpy(np.int64) * (1 << 32) + g["stream"].to_numpy(np.int64),
                           "t_begin": g["t_begin"].to_numpy(np.int64),
                           "t_end": g["t_end"].to_numpy(np.int64)})
-    for kind, work in (("queue", qwork), ("stream", gwork)):
-        sel = np.flatnonzero(where == kind)
+    for kinds, work in ((("queue", "work"), qwork), (("stream",), gwork)):
+        sel = np.flatnonzero(np.isin(where, kinds))
         first = _first_start(work, targets[sel])
         pos = pd.Index(first["call_id"].to_numpy(np.uint64))
         hit = pos.get_indexer(targets[sel])

@@ -33,7 +33,7 @@ USAGES = ["any", "weights", "compute"]                    # enum ggml_backend_bu
 MODES = ["read", "write"]
 
 DELAY_KIND = "delay"  # a delay injected on purpose (GGML_TRACE_DELAY); obj = the delayed call
-DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream"])  # flags bits 1-2
+DELAY_WHERE = pd.CategoricalDtype(["host", "queue", "stream", "work"])  # flags bits 1-2
 DEVICE_KIND = "device_exec"  # work as it ran on an async device; obj = the enqueuing call
 # Who observed a device interval, best first: the device itself (a virtual device's worker),
 # CUPTI's kernel and copy records, the event watcher (GGML_TRACE_DEVICE_TIMING), Vulkan's markers
@@ -644,7 +644,7 @@ class Loader:
         df.insert(1, "target_call_id", target)
         df.insert(2, "target_kind", self.call_columns(trow, ["kind"])["kind"])
         df["requested_ns"] = (arg & np.uint64((1 << DELAY_RULE_SHIFT) - 1)).astype(np.int64)
-        df["where"] = with_codes(np.where(where < 3, where, -1), DELAY_WHERE)
+        df["where"] = with_codes(np.where(where < 4, where, -1), DELAY_WHERE)
         df["rule"] = (arg >> np.uint64(DELAY_RULE_SHIFT)).astype(np.int64)
         df["failed"] = (flags & CALL_FAILED) != 0
         df["device_begin"] = nullable(take_filled(dev["t_begin"].to_numpy(np.int64), drow, 0), miss)

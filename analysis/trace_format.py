@@ -42,7 +42,7 @@ DEVICE_SOURCE_SHIFT, DEVICE_START_ESTIMATED, DEVICE_END_LATE = 4, 0x40, 0x80
 SRC_DEVICE, SRC_EVENTS, SRC_MARKERS = 0, 1, 2
 DELAY_WHERE_SHIFT = 1
 DELAY_RULE_SHIFT = 48  # delay's arg = rule index << 48 | requested ns
-DELAY_HOST, DELAY_QUEUE, DELAY_STREAM = 0, 1, 2
+DELAY_HOST, DELAY_QUEUE, DELAY_STREAM, DELAY_WORK = 0, 1, 2, 3
 # MetaRole of REC_NEST
 META_ROLES = ["main", "zero", "copy", "reduce", "io", "sync", "other"]  # MetaRole 1..7
 

@@ -13,6 +13,7 @@
 
 #include "capture.h"
 #include "cupti_mode.h"
+#include "delay_work.h"
 #include "device_timing.h"
 #include "ggml_api.h"
 #include "observer_api.h"
@@ -91,6 +92,22 @@ void write_delay(const CallRec & target, uint32_t index, const DelayHit & h, uin
         r.obj = target.call_id;
         r.arg = ((uint64_t) h.rule << DELAY_RULE_SHIFT) | (h.ns & ((1ull << DELAY_RULE_SHIFT) - 1));
     });
+}
+
+// The delay as a call, for device timing to tie its device_exec row to (its host times: when it began).
+CallRec delay_call(const CallRec & target, uint32_t index, const CallContext & delay, uint64_t t0) {
+    CallRec r;
+    memset(&r, 0, sizeof(r));
+    r.kind = K_DELAY;
+    r.sched = target.sched;
+    r.call_id = delay.call_id;
+    r.backend = index;
+    r.backend2 = NONE32;
+    r.graph = target.graph;
+    r.split = target.split;
+    r.t_begin = r.t_end = t0;
+    r.obj = target.call_id;
+    return r;
 }
 
 // ---------------------------------------------------------------- CUDA streams
@@ -439,6 +456,24 @@ void delay_start() {
     g_delay_on = true;
 }
 
+void delay_prepare(ggml_backend_t backend, uint32_t index) {
+    if (!delay_on()) return;
+    const char * name = g_api.backend_name(backend);
+    bool named = false;
+    for (int i = 0; i < g_delay_n_rules && !named; i++) {
+        const char * prefix = g_delay_rules[i].backend;
+        named = !prefix[0] || (name && strncmp(name, prefix, strlen(prefix)) == 0);
+    }
+    ggml_backend_dev_t dev = g_api.backend_get_device(backend);
+    enum ggml_backend_dev_type type = dev && g_api.dev_type ? g_api.dev_type(dev) : GGML_BACKEND_DEVICE_TYPE_CPU;
+    bool device = type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU;
+    // virtual devices stall their own queue, CUDA its stream (stream_delay)
+    bool own = (name && strncmp(name, "VDEV", 4) == 0) || is_cuda(backend);
+    if (named && device && !own) {
+        work_prepare(backend, index, backend->iface);
+    }
+}
+
 void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig,
                   ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b, ggml_backend_t named) {
     std::call_once(g_ops_once, resolve_ops);
@@ -475,11 +510,13 @@ void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const 
             where = DELAY_QUEUE;
         } else {
             Injected inj = stream ? stream_delay(backend, index, orig, hits[i].ns, delay) : INJ_NO;
-            if (inj == INJ_NO) {
-                delay_sleep_ns(hits[i].ns);
-            }
             where = inj == INJ_NO ? DELAY_HOST : DELAY_STREAM;
             failed = inj == INJ_FAILED;
+            if (inj == INJ_NO && work_delay(backend, index, orig, hits[i].ns, delay_call(call, index, delay, t0))) {
+                where = DELAY_WORK;
+            } else if (inj == INJ_NO) {
+                delay_sleep_ns(hits[i].ns);
+            }
         }
         uint64_t t1 = now_ticks();
         write_delay(call, index, hits[i], delay.call_id, where, failed, t0, t1);

@@ -3,7 +3,9 @@
 //   - a virtual device: its worker queue stalls before the operation (the host does not wait);
 //   - CUDA: the backend's stream waits for a sleeping host function enqueued, after the stream's
 //     work so far, on a private stream of the same device (the host does not wait);
-//   - any other backend: the calling thread sleeps before the call (delays submission only).
+//   - any other backend with a queue of its own (Vulkan, RPC, ...): a chain of matrix products sized to
+//     take the delay there is enqueued on it before the operation (delay_work.h; the host does not wait);
+//   - the CPU, or a backend the products cannot run on: the calling thread sleeps (delays submission only).
 // Each delay is a K_DELAY record naming the target call; see trace_format.h.
 #pragma once
 #include "delay_rules.h"
@@ -17,6 +19,10 @@ namespace ggml_trace {
 void delay_init(bool tracing);
 // Once the trace is open: writes META delay.rules and puts the rules in effect.
 void delay_start();
+// A backend seen for the first time, before the hooks patch its vtable (backend->iface is its own):
+// where a rule may select it and it has no queue or stream delay of its own, sizes its device-side
+// delays (delay_work.h) while it is idle.
+void delay_prepare(ggml_backend_t backend, uint32_t index);
 
 // Before the operation of `call` (kind, graph, split and call_id filled in) is enqueued on
 // `backend` (trace index `index`, original vtable `orig`): injects what the rules select.

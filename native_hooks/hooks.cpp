@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "capture.h"
+#include "delay.h"
 #include "comm.h"
 #include "cupti_mode.h"
 #include "ggml_api.h"
@@ -113,6 +114,7 @@ bool register_backends(ggml_backend_t * backends, ggml_backend_buffer_type_t * b
         }
         e->refs++;
         if (is_new) {
+            delay_prepare(b, e->index);  // its own vtable still: device-side delays sized while it is idle
             patch_backend(b);
             write_backend_record(*e, b);
         }

@@ -108,7 +108,9 @@ enum CallKind : uint8_t {
     // K_DEVICE_EXEC record with obj = this call's call_id says when.
     K_DELAY = 81,
 };
-enum DelayWhere : uint8_t { DELAY_HOST = 0, DELAY_QUEUE = 1, DELAY_STREAM = 2 };
+// where a delay acted: the calling thread, a virtual device's queue, a CUDA stream, a backend's own queue
+// busy with products (delay_work.h)
+enum DelayWhere : uint8_t { DELAY_HOST = 0, DELAY_QUEUE = 1, DELAY_STREAM = 2, DELAY_WORK = 3 };
 static const uint8_t DELAY_WHERE_SHIFT = 1;
 static const int DELAY_RULE_SHIFT = 48;
 // SRC_MARKERS: [t_begin, t_end] bounds the operation (it started after t_begin, ended by t_end).

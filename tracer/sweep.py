@@ -153,8 +153,9 @@ def device_sets(backend: str, build: str, vdevs: int = 3) -> list[DeviceSet]:
     not list, leaves its set out."""
     out = []
     vnames = tuple(f"VDEV{i}" for i in range(vdevs))
-    if backend in ("vdev", "all") and _tree(build, "vdev"):
-        out.append(DeviceSet("VDEV", vnames, _tree(build, "vdev"), VDEV_ENV, vdevs))
+    own = _tree(build, "vdev") if backend in ("vdev", "all") else None
+    if own:
+        out.append(DeviceSet("VDEV", vnames, own, VDEV_ENV, vdevs))
     vk = _tree(build, "vulkan") if backend in ("vulkan", "all") else None
     if vk:
         env = dict(VULKAN_ENV)
