@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -52,7 +53,7 @@ void resolve_graph_api() {
 const int MIN_N = 64, MAX_N = 2048;   // product sizes tried, doubling
 const double TARGET_PRODUCT_US = 50;  // the smallest product at least this long: the delay's grain
 const int MAX_REPS = 4096;            // products in one delay (a delay longer than this many is cut)
-const int TIMED_FEW = 4, TIMED_MANY = 16;  // two chains timed: the difference is the products' own time
+const int TIMED_FEW = 4, TIMED_MANY = 32;  // two chains timed: the difference is the products' own time
 
 // One backend's products: weights a, b and two result buffers the chain alternates between, in a
 // buffer of the backend's own; one graph per number of products, made on first use and kept (a
@@ -76,11 +77,13 @@ Work g_work[MAX_BACKENDS];
 ggml_cgraph * chain(Work & w, int reps) {
     auto it = w.graphs.find(reps);
     if (it != w.graphs.end()) return it->second;
-    ggml_init_params params = {(size_t) reps * g_api.tensor_overhead() + g_graph.graph_overhead_custom(reps, false),
+    // the graph holds the products and, as leaves, a and b: its hash set must take them all
+    const size_t size = (size_t) reps + 2;
+    ggml_init_params params = {(size_t) reps * g_api.tensor_overhead() + g_graph.graph_overhead_custom(size, false),
                                nullptr, true};
     ggml_context * ctx = g_graph.init(params);
     if (!ctx) return nullptr;
-    ggml_cgraph * graph = g_graph.new_graph_custom(ctx, (size_t) reps, false);
+    ggml_cgraph * graph = g_graph.new_graph_custom(ctx, size, false);
     ggml_tensor * p = w.b;
     for (int r = 0; r < reps; r++) {
         p = g_graph.mul_mat(ctx, w.a, p);
@@ -122,14 +125,14 @@ bool allocate(Work & w, int n) {
     return true;
 }
 
-// The time `reps` chained products take on the idle backend, ns: the shorter of two runs after a
-// first (which compiles and sizes what the backend needs); 0 when it cannot run them. The shorter:
-// a machine busy while they are sized makes delays longer than asked, never shorter.
+// The time `reps` chained products take on the idle backend, ns: the shortest of four runs after a
+// first (which compiles and sizes what the backend needs); 0 when it cannot run them. The shortest:
+// a machine busy while they are sized makes delays longer than asked rather than shorter.
 double time_chain(Work & w, const ggml_backend_i & orig, int reps) {
     ggml_cgraph * graph = chain(w, reps);
     if (!graph) return 0;
     double best = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         auto t0 = std::chrono::steady_clock::now();
         if (orig.graph_compute(w.backend, graph) != GGML_STATUS_SUCCESS) return 0;
         if (orig.synchronize) orig.synchronize(w.backend);
@@ -178,8 +181,10 @@ bool work_delay(ggml_backend_t backend, uint32_t index, const ggml_backend_i & o
     if (index >= (uint32_t) MAX_BACKENDS) return false;
     Work & w = g_work[index];
     if (!w.graph_compute || w.backend != backend) return false;
-    int reps = std::min(MAX_REPS, (int) (((double) ns - w.fixed_ns) / w.product_ns + 0.5));
-    if (reps < 1) return true;  // shorter than half a chain of one: nothing is enqueued
+    // rounded up: a delay is at least what was asked (by up to one product more), never shorter
+    int reps = std::min(MAX_REPS, (int) std::ceil(((double) ns - w.fixed_ns) / w.product_ns));
+    if (ns == 0) return true;  // (rand: can draw 0) nothing to enqueue
+    reps = std::max(reps, 1);
     std::lock_guard<std::mutex> lock(w.m);
     ggml_cgraph * graph = chain(w, reps);
     if (!graph) return false;

@@ -43,8 +43,9 @@ def add_sweep_command(sub) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="vdev",
                    help="the device sets: virtual devices, Vulkan0 beside them, CUDA's devices, or all of them")
     p.add_argument("--pattern", action="append", help=f"repeatable (default: all): {', '.join(PATTERNS)}")
-    p.add_argument("--quick", action="store_true", help="each device slowed once per cell (a first look; CI)")
-    p.add_argument("--runs", type=int, help="runs per cell: a plain one, each device slowed, then random delays")
+    p.add_argument("--quick", action="store_true", help="each device slowed in turn, once (a first look; CI)")
+    p.add_argument("--runs", type=int, help="runs per cell: a plain one, each device slowed, then random delays "
+                                            "(with --quick: each device slowed in turn, this many runs)")
     p.add_argument("--slow-us", type=float, default=DEFAULT_SLOW_US,
                    help="the delay before each operation of a slowed device (µs)")
     p.add_argument("--seed", type=int, default=0, help="of the random delays")

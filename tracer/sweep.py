@@ -116,16 +116,21 @@ class CellResult:
 
 # -- planning -------------------------------------------------------------------------------------
 
-def _tree(build: str, kind: str) -> str | None:
-    """The tree of `build` whose programs run `kind` devices ("vdev": the build itself; "vulkan":
-    bNNNNN-vulkan, or bNNNNN-vulkan-SUFFIX for a patched bNNNNN-SUFFIX), None when not built."""
+def _trees(build: str, kind: str) -> list[str]:
+    """The trees of `build` that may run `kind` devices, most specific first: bNNNNN-KIND (or
+    bNNNNN-KIND-SUFFIX for a patched bNNNNN-SUFFIX, as make setup names them), then the build's own
+    tree (a GPU host's build holds CUDA and Vulkan together). Only trees with hooks."""
     builds = pinned_builds()
-    if kind == "vdev":
-        return build if build in builds else None
     base, _, suffix = build.partition("-")
-    for name in (f"{build}-{kind}", f"{base}-{kind}-{suffix}" if suffix else None, f"{build}-gpu"):
-        if name and name in builds:
-            return name
+    names = [build] if kind == "vdev" else [f"{build}-{kind}", f"{base}-{kind}-{suffix}" if suffix else "", build]
+    return [n for n in dict.fromkeys(names) if n and n in builds]
+
+
+def _tree_with(build: str, kind: str, device: str, env: dict) -> str | None:
+    """The first tree of `build` whose scenario program lists `device` (a name prefix) with `env`."""
+    for tree in _trees(build, kind):
+        if any(d.startswith(device) for d in listed_devices(tree, env)):
+            return tree
     return None
 
 
@@ -153,28 +158,24 @@ def device_sets(backend: str, build: str, vdevs: int = 3) -> list[DeviceSet]:
     not list, leaves its set out."""
     out = []
     vnames = tuple(f"VDEV{i}" for i in range(vdevs))
-    own = _tree(build, "vdev") if backend in ("vdev", "all") else None
+    own = _trees(build, "vdev") if backend in ("vdev", "all") else []
     if own:
-        out.append(DeviceSet("VDEV", vnames, own, VDEV_ENV, vdevs))
-    vk = _tree(build, "vulkan") if backend in ("vulkan", "all") else None
+        out.append(DeviceSet("VDEV", vnames, own[0], VDEV_ENV, vdevs))
+    vk = _tree_with(build, "vulkan", "Vulkan0", dict(VULKAN_ENV)) if backend in ("vulkan", "all") else None
     if vk:
-        env = dict(VULKAN_ENV)
-        if "Vulkan0" in listed_devices(vk, env):
-            beside = tuple(f"VDEV{i}" for i in range(vdevs - 1))
-            venv = VULKAN_ENV + VDEV_ENV
-            out.append(DeviceSet("Vulkan0+VDEV", ("Vulkan0", *beside), vk, venv, vdevs - 1))
-            out.append(DeviceSet("VDEV+Vulkan0", (beside[0], "Vulkan0", *beside[1:]), vk, venv, vdevs - 1))
-    cu = _tree(build, "cuda") if backend in ("cuda", "all") else None
+        beside = tuple(f"VDEV{i}" for i in range(vdevs - 1))
+        venv = VULKAN_ENV + VDEV_ENV
+        out.append(DeviceSet("Vulkan0+VDEV", ("Vulkan0", *beside), vk, venv, vdevs - 1))
+        out.append(DeviceSet("VDEV+Vulkan0", (beside[0], "Vulkan0", *beside[1:]), vk, venv, vdevs - 1))
+    cuda_env = {"GGML_CUDA_DEVICES": str(vdevs)}
+    cu = _tree_with(build, "cuda", "CUDA", cuda_env) if backend in ("cuda", "all") else None
     if cu:
-        env = {"GGML_CUDA_DEVICES": str(vdevs)}
-        names = listed_devices(cu, env)
-        cuda = tuple(n for n in names if n.startswith("CUDA"))
-        if cuda:
-            out.append(DeviceSet(f"CUDA×{len(cuda)}", cuda, cu, tuple(env.items())))
-        if backend == "all" and cuda and "Vulkan0" in listed_devices(cu, dict(VULKAN_ENV)):
-            both = tuple(dict(VULKAN_ENV).items())
-            out.append(DeviceSet("CUDA0+Vulkan0", ("CUDA0", "Vulkan0"), cu, both))
-            out.append(DeviceSet("Vulkan0+CUDA0", ("Vulkan0", "CUDA0"), cu, both))
+        cuda = tuple(n for n in listed_devices(cu, cuda_env) if n.startswith("CUDA"))
+        out.append(DeviceSet(f"CUDA×{len(cuda)}", cuda, cu, tuple(cuda_env.items())))
+        both = dict(VULKAN_ENV)
+        if backend == "all" and any(d.startswith("Vulkan0") for d in listed_devices(cu, both)):
+            out.append(DeviceSet("CUDA0+Vulkan0", ("CUDA0", "Vulkan0"), cu, tuple(both.items())))
+            out.append(DeviceSet("Vulkan0+CUDA0", ("Vulkan0", "CUDA0"), cu, tuple(both.items())))
     return out
 
 
@@ -197,6 +198,9 @@ def plan(options: SweepOptions, log=lambda line: None) -> tuple[list[Cell], list
             continue
         for p in patterns:
             for ds in sets:
+                used = ds.devices[:max(1, PATTERN_DEVICES[p])]
+                if ds.label != "VDEV" and all(d.startswith("VDEV") for d in used):
+                    continue  # the set's real device is beyond this pattern's slots: the VDEV column has it
                 if p in META_SCENARIOS:  # a meta device over virtual devices: its own set-up
                     if ds.virtual == len(ds.devices):
                         cells.append(Cell(p, ds, build, "-", -1))
@@ -211,13 +215,13 @@ def plan(options: SweepOptions, log=lambda line: None) -> tuple[list[Cell], list
 
 def profiles(cell: Cell, options: SweepOptions) -> list[dict]:
     """What each run of the cell slows: {"name", "slow": {device: µs}, "seed", "random"}. Quick:
-    each device of the cell in turn. Otherwise one plain run, each device in turn, then seeded
-    random delays on every device, up to `runs`."""
+    each device of the cell in turn (`runs`: that many runs, the devices taken round). Otherwise one
+    plain run, each device in turn, then seeded random delays on every device, up to `runs`."""
     devs = cell.devices()
     slowed = [{"name": f"{d} +{options.slow_us:g} us", "slow": {d: options.slow_us}, "random": False}
               for d in devs]
     if options.quick:
-        return slowed[:options.runs] if options.runs else slowed
+        return [slowed[i % len(slowed)] for i in range(options.runs or len(slowed))]
     runs = options.runs or DEFAULT_RUNS
     out = [{"name": "plain", "slow": {}, "random": False}] + slowed
     k = 0
@@ -331,7 +335,11 @@ def run_cell(cell: Cell, options: SweepOptions) -> CellResult:
             break
         got = _result(r.stdout)
         if r.returncode != 0 or got is None:
-            res.verdict, res.error = "ERROR", f"run {i} ({profile['name']}) failed ({r.returncode}): {_last(r.stderr)}"
+            (out_dir / f"run-{i}.stderr").write_text(r.stderr)
+            res.verdict = "ERROR"
+            res.error = (f"run {i} ({profile['name']}) failed ({_exit_words(r.returncode)}): {_cause(r.stderr)} "
+                         f"(stderr: {out_dir / f'run-{i}.stderr'})")
+            res.traces.append(str(trace))
             break
         wrong = got != expected
         res.runs += 1
@@ -350,6 +358,19 @@ def run_cell(cell: Cell, options: SweepOptions) -> CellResult:
 def _last(stderr: str) -> str:
     lines = [x.strip() for x in stderr.splitlines() if x.strip()]
     return lines[-1][:300] if lines else "no message"
+
+
+def _cause(stderr: str) -> str:
+    """The line of a failed run's stderr that says why: ggml's assertion or error, else the last
+    (what follows an abort is a debugger's backtrace)."""
+    for line in stderr.splitlines():
+        if "GGML_ASSERT" in line or "error" in line.lower() or "failed" in line:
+            return line.strip()[:300]
+    return _last(stderr)
+
+
+def _exit_words(rc: int) -> str:
+    return f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
 
 
 def _run_cell_guarded(cell: Cell, options: SweepOptions) -> CellResult:

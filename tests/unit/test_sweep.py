@@ -1,0 +1,121 @@
+"""The sweep's planning and writing without running anything (tracer/sweep.py, tracer/sweep_report.py):
+what each run slows, the delay rules it asks for, the verdict of a cell, the table and its limits.
+The sweep run on real builds: tests/runs/test_sweep.py and tests/external/test_sweep_vulkan.py."""
+import re
+from pathlib import Path
+
+from ggml_trace.tracer import sweep_report
+from ggml_trace.tracer.delay_spec import parse
+from ggml_trace.tracer.sweep import (PATTERN_DEVICES, CellResult, Cell, DeviceSet, SweepOptions, SweepResult,
+                                     _merge_race, _run_env, profiles, progress_words)
+
+VDEV = DeviceSet("VDEV", ("VDEV0", "VDEV1", "VDEV2"), "b10531", (("GGML_TRACE_VDEV_HOST_COPIES", "pinned"),), 3)
+MIXED = DeviceSet("Vulkan0+VDEV", ("Vulkan0", "VDEV0", "VDEV1"), "b10531-vulkan",
+                  (("GGML_VK_VISIBLE_DEVICES", "0"),), 2)
+
+
+def test_quick_slows_each_device_of_the_pattern_once():
+    opts = SweepOptions(out=Path("x"), quick=True)
+    assert [p["slow"] for p in profiles(Cell("y-graph", VDEV, "b10531", "pinned", 1), opts)] == [
+        {"VDEV0": 3000.0}, {"VDEV1": 3000.0}]
+    assert len(profiles(Cell("inputless-reuse", VDEV, "b10531", "pinned", 0), opts)) == 1
+    again = SweepOptions(out=Path("x"), quick=True, runs=3)
+    assert [p["slow"] for p in profiles(Cell("y-graph", VDEV, "b10531", "pinned", 1), again)] == [
+        {"VDEV0": 3000.0}, {"VDEV1": 3000.0}, {"VDEV0": 3000.0}]
+
+
+def test_a_full_cell_is_plain_then_each_device_then_seeded_random():
+    runs = profiles(Cell("y-graph", VDEV, "b10531", "pinned", 0), SweepOptions(out=Path("x"), runs=5, seed=7))
+    assert [p["name"] for p in runs][:3] == ["plain", "VDEV0 +3000 us", "VDEV1 +3000 us"]
+    assert [(p["random"], p.get("seed")) for p in runs[3:]] == [(True, 7), (True, 8)]
+
+
+def test_virtual_devices_are_slowed_by_latency_real_ones_by_delay_rules_that_parse():
+    cell = Cell("y-graph", MIXED, "b10531", "pinned", 0)
+    env, rules = _run_env(cell, {"slow": {"VDEV0": 3000.0}, "random": False})
+    assert env["GGML_TRACE_VIRTUAL_DEVICES"] == "2" and env["GGML_TRACE_VDEV_LATENCY_US"] == "3000,0" and rules == []
+    env, rules = _run_env(cell, {"slow": {"Vulkan0": 3000.0}, "random": False})
+    assert env["GGML_TRACE_VDEV_LATENCY_US"] == "0,0"
+    assert rules == ["Vulkan0:graph_compute:3000", "Vulkan0:cpy_tensor_async:3000"]
+    env, rules = _run_env(cell, {"slow": {"Vulkan0": 3000.0, "VDEV0": 3000.0}, "random": True, "seed": 4})
+    assert (env["GGML_TRACE_VDEV_JITTER_US"], env["GGML_TRACE_VDEV_SEED"]) == ("3000", "4")
+    assert rules == ["Vulkan0:graph_compute,seed=4:rand:3000", "Vulkan0:cpy_tensor_async,seed=4:rand:3000"]
+    assert len(parse(rules)) == 2  # the rules are the delay language's (docs/delay.md)
+
+
+def _finding(tensor_a="h", tensor_b="z", verdict="manifested", missing="nothing orders VDEV0 ..."):
+    side = {"kind": "cpy_tensor_async", "backend": "VDEV0", "split": 1, "mode": "read"}
+    return {"class": "read-after-reuse", "verdict": verdict, "missing": missing,
+            "a": dict(side, tensor=tensor_a), "b": dict(side, kind="graph_compute", backend="CPU", split=2,
+                                                         mode="write", tensor=tensor_b)}
+
+
+def test_a_race_over_runs_keeps_its_runs_and_strongest_verdict():
+    races: dict = {}
+    _merge_race(races, _finding(verdict="latent"), 0, "run-0", False)
+    _merge_race(races, _finding(verdict="manifested"), 1, "run-1", True)
+    _merge_race(races, _finding(tensor_a="k"), 1, "run-1", True)
+    (first, other) = races.values()
+    assert (first["runs"], first["wrong_runs"], first["verdict"], first["trace"]) == ([0, 1], [1], "manifested", "run-1")
+    assert other["tensors"] == ["k", "z"]
+
+
+def _result(cells, problems=()):
+    return SweepResult(SweepOptions(out=Path("x"), builds=("b10524", "b10531"), quick=True), cells,
+                       list(problems), 12.0)
+
+
+def _cell(pattern="inputless-reuse", build="b10524", buffer="pinned", parallel=0, verdict="GREEN", **kw):
+    return CellResult(Cell(pattern, VDEV, build, buffer, parallel), runs=1, verdict=verdict, **kw)
+
+
+def test_exit_status_follows_the_worst_cell():
+    assert _result([_cell()]).exit_status == 0
+    assert _result([_cell(), _cell(verdict="RACE")]).exit_status == 1
+    assert _result([_cell(verdict="RED", wrong_runs=1)]).exit_status == 1
+    assert _result([_cell(verdict="RED"), _cell(verdict="ERROR", error="hung")]).exit_status == 2
+    assert _result([_cell()], problems=["unknown pattern 'nope'"]).exit_status == 2
+
+
+def test_the_page_has_a_row_per_pattern_a_column_per_set_and_build_and_names_the_race():
+    red = _cell(verdict="RED", wrong_runs=1, races=[{
+        "class": "read-after-reuse", "tensors": ["h", "z"], "verdict": "manifested", "runs": [0], "wrong_runs": [0],
+        "missing": "nothing orders VDEV0 cpy_tensor_async (reads h) before CPU split 2 writes z"}])
+    cells = [red, _cell(parallel=1), _cell(build="b10531"), _cell(build="b10531", parallel=1),
+             _cell("chain", verdict="RACE", races=[dict(red.races[0], wrong_runs=[])]), _cell("chain", build="b10531")]
+    md = sweep_report.markdown(_result(cells))
+    lines = md.splitlines()
+    header = next(x for x in lines if x.startswith("| pattern |"))
+    assert header.count("|") == 4 and "b10524" in header and "b10531" in header
+    assert next(x for x in lines if x.startswith("| `inputless-reuse`")).split("|")[2:4] == [" 🔴 RED 1/2 ", " 🟢 "]
+    assert next(x for x in lines if x.startswith("| `chain`")).split("|")[2:4] == [" 🟠 RACE ", " 🟢 "]
+    assert "before CPU split 2 writes z" in md and "1 of 1 runs wrong" in md
+    assert "2 cells" not in md and md.startswith("# ggml-trace sweep")
+
+
+def test_a_wrong_result_without_a_race_says_so():
+    md = sweep_report.markdown(_result([_cell(verdict="RED", wrong_runs=1)]))
+    assert "no race in the traces" in md
+
+
+def test_hostile_names_are_escaped_and_the_page_stays_under_githubs_limit():
+    hostile = "<img src=x onerror=alert(1)>|@someone **bold**"
+    many = [_cell(verdict="RED", wrong_runs=1, races=[{
+        "class": "read-after-reuse", "tensors": [hostile, "z"], "verdict": "manifested", "runs": [0],
+        "wrong_runs": [0], "missing": f"nothing orders {hostile} " + "x" * 500}]) for _ in range(400)]
+    md = sweep_report.markdown(_result(many))
+    assert len(md) < sweep_report.GITHUB_LIMIT
+    assert not re.search(r"(?<!\\)<img", md) and "\\@someone" in md  # escaped: shown as text, no mention
+    assert "more cells not listed here" in md
+
+
+def test_the_progress_line_says_the_verdict_and_the_race():
+    r = _cell(verdict="RED", wrong_runs=2, races=[{"verdict": "manifested", "tensors": ["h", "z"]}])
+    r.runs = 2
+    assert progress_words(r) == "RED   inputless-reuse on VDEV, b10524 pinned p0: 2/2 wrong; 1 race (manifested: h / z)"
+
+
+def test_every_pattern_is_a_scenario_of_the_program():
+    source = (Path(__file__).resolve().parents[2] / "scenarios" / "scenarios.cpp").read_text()
+    for p in PATTERN_DEVICES:
+        assert f'"{p}"' in source, p
