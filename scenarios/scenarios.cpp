@@ -578,7 +578,8 @@ ggml_backend_meta_split_state mlp_split(const ggml_tensor * t, void * ud) {
     return st;
 }
 
-int meta_allreduce(int n_dev, bool cpu_only, unsigned seed, int layers = MLP_L) {
+// `names`: the devices under the meta device (default VDEV0..n_dev-1; sweep names CUDA's too)
+int meta_allreduce(int n_dev, bool cpu_only, unsigned seed, int layers = MLP_L, std::vector<std::string> names = {}) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> wd(-1, 1), xd(-4, 4);
     ggml_backend_t cpu = ggml_backend_cpu_init();
@@ -588,7 +589,7 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed, int layers = MLP_L) 
     if (!cpu_only) {
         std::vector<ggml_backend_dev_t> devs;
         for (int i = 0; i < n_dev; i++) {
-            std::string name = "VDEV" + std::to_string(i);
+            std::string name = i < (int) names.size() ? names[i] : "VDEV" + std::to_string(i);
             ggml_backend_dev_t d = ggml_backend_dev_by_name(name.c_str());
             if (!d) {
                 fprintf(stderr, "no device %s: run under `ggml-trace scenario` (or `ggml-trace record --virtual-devices N`)\n", name.c_str());
@@ -683,12 +684,14 @@ int main(int argc, char ** argv) {
         int n_dev = 2;
         bool cpu_only = false;
         unsigned seed = 1;
+        std::vector<std::string> names;
         for (int i = 2; i < argc; i++) {
             if (strcmp(argv[i], "--cpu-only") == 0) cpu_only = true;
             if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = (unsigned) atoi(argv[++i]);
             if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc) n_dev = atoi(argv[++i]);
+            if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) names.push_back(argv[++i]);
         }
-        return meta_allreduce(n_dev, cpu_only, seed);
+        return meta_allreduce(n_dev, cpu_only, seed, MLP_L, names);
     }
     const Entry * entry = nullptr;
     for (const Entry & e : SCENARIOS) {

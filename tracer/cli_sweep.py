@@ -13,7 +13,8 @@ def cmd_sweep(args) -> int:
         return 2
     options = SweepOptions(out=Path(args.output), builds=tuple(args.build or ["b10531"]), backend=args.backend,
                            patterns=tuple(args.pattern or ()), quick=args.quick, runs=args.runs,
-                           slow_us=args.slow_us, seed=args.seed, jobs=args.jobs, timeout=args.timeout)
+                           slow_us=args.slow_us, seed=args.seed, jobs=args.jobs, timeout=args.timeout,
+                           devices=args.devices)
     return run_sweep(options)
 
 
@@ -50,5 +51,7 @@ def add_sweep_command(sub) -> None:
                    help="the delay before each operation of a slowed device (µs)")
     p.add_argument("--seed", type=int, default=0, help="of the random delays")
     p.add_argument("--jobs", type=int, default=0, help="cells run at a time (default: one per core)")
+    p.add_argument("--devices", type=int, default=3, choices=range(2, 9), metavar="{2..8}",
+                   help="devices of each kind in a set: virtual ones, CUDA's (GGML_CUDA_DEVICES; default 3)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds a run may take")
     p.set_defaults(fn=cmd_sweep)

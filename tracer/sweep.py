@@ -80,7 +80,8 @@ class Cell:
 class SweepOptions:
     """What to sweep (`builds`, `backend`, `patterns`: all when empty), how hard (`quick`: one run
     per slowed device; `runs`: runs per cell, default DEFAULT_RUNS), where (`out`), and the
-    delays (`slow_us`, `seed`); `jobs` cells at a time; `timeout` per run."""
+    delays (`slow_us`, `seed`); `jobs` cells at a time; `timeout` per run; `devices` of each kind in
+    a set (virtual devices; CUDA's, as GGML_CUDA_DEVICES makes them of one GPU)."""
     out: Path
     builds: tuple = ("b10531",)
     backend: str = "vdev"
@@ -91,6 +92,7 @@ class SweepOptions:
     seed: int = 0
     jobs: int = 0
     timeout: float = DEFAULT_TIMEOUT_S
+    devices: int = 3  # of each kind a set has: virtual devices, CUDA's (GGML_CUDA_DEVICES)
 
 
 @dataclass
@@ -167,7 +169,8 @@ def device_sets(backend: str, build: str, vdevs: int = 3) -> list[DeviceSet]:
         venv = VULKAN_ENV + VDEV_ENV
         out.append(DeviceSet("Vulkan0+VDEV", ("Vulkan0", *beside), vk, venv, vdevs - 1))
         out.append(DeviceSet("VDEV+Vulkan0", (beside[0], "Vulkan0", *beside[1:]), vk, venv, vdevs - 1))
-    cuda_env = {"GGML_CUDA_DEVICES": str(vdevs)}
+    # device timing: the event watcher times CUDA's work, so that verdicts rest on device times
+    cuda_env = {"GGML_CUDA_DEVICES": str(vdevs), "GGML_TRACE_DEVICE_TIMING": "1"}
     cu = _tree_with(build, "cuda", "CUDA", cuda_env) if backend in ("cuda", "all") else None
     if cu:
         cuda = tuple(n for n in listed_devices(cu, cuda_env) if n.startswith("CUDA"))
@@ -191,7 +194,7 @@ def plan(options: SweepOptions, log=lambda line: None) -> tuple[list[Cell], list
         raise SweepError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
     cells = []
     for build in options.builds:
-        sets = device_sets(options.backend, build)
+        sets = device_sets(options.backend, build, options.devices)
         if not sets:
             problems.append(f"build {build!r}: no {options.backend} devices to run on (not built here, or no such "
                             "build: `ggml-trace builds` lists them)")
@@ -201,8 +204,8 @@ def plan(options: SweepOptions, log=lambda line: None) -> tuple[list[Cell], list
                 used = ds.devices[:max(1, PATTERN_DEVICES[p])]
                 if ds.label != "VDEV" and all(d.startswith("VDEV") for d in used):
                     continue  # the set's real device is beyond this pattern's slots: the VDEV column has it
-                if p in META_SCENARIOS:  # a meta device over virtual devices: its own set-up
-                    if ds.virtual == len(ds.devices):
+                if p in META_SCENARIOS:  # a meta device over devices of one kind: its own set-up
+                    if len({d.rstrip("0123456789") for d in used}) == 1:
                         cells.append(Cell(p, ds, build, "-", -1))
                     continue
                 for buffer in BUFFERS:
@@ -238,8 +241,6 @@ def _run_env(cell: Cell, profile: dict) -> tuple[dict, list[str]]:
     ds = cell.device_set
     env = dict(ds.env)
     vdevs = [d for d in ds.devices if d.startswith("VDEV")]
-    if cell.pattern in META_SCENARIOS:
-        vdevs = [f"VDEV{i}" for i in range(PATTERN_DEVICES[cell.pattern])]
     rules = []
     if vdevs:
         env["GGML_TRACE_VIRTUAL_DEVICES"] = str(len(vdevs))
@@ -265,12 +266,11 @@ def _result(stdout: str) -> str | None:
 
 
 def _scenario_args(cell: Cell) -> list[str]:
-    args = ["--seed", "1"]
-    if cell.pattern in META_SCENARIOS:
-        return args + ["--devices", str(PATTERN_DEVICES[cell.pattern])]
-    args += ["--devices", str(PATTERN_DEVICES[cell.pattern])]
+    args = ["--seed", "1", "--devices", str(PATTERN_DEVICES[cell.pattern])]
     for d in cell.devices():
         args += ["--device", d]
+    if cell.pattern in META_SCENARIOS:  # its own set-up: no buffer or scheduler mode to choose
+        return args
     return args + ["--buffer", cell.buffer, "--parallel", str(cell.parallel)]
 
 
