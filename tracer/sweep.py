@@ -418,12 +418,19 @@ def sweep(options: SweepOptions, log=lambda line: None) -> SweepResult:
     options = replace(options, out=Path(options.out).resolve())
     results: list[CellResult] = []
     width = len(str(len(cells)))
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
         futures = [pool.submit(_run_cell_guarded, c, options) for c in cells]
         for n, f in enumerate(futures, 1):
             r = f.result()
             results.append(r)
             log(f"[{n:>{width}}/{len(cells)}] {progress_words(r)}")
+    except KeyboardInterrupt:  # stopped (Ctrl-C, a time limit): what is done is kept and written
+        problems.append(f"interrupted after {len(results)} of {len(cells)} cells")
+        log(f"ggml-trace sweep: {problems[-1]}")
+        pool.shutdown(wait=False, cancel_futures=True)
+    else:
+        pool.shutdown()
     return SweepResult(options, results, problems, time.monotonic() - t0)
 
 

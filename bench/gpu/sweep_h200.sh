@@ -11,7 +11,8 @@
 # scripts/vulkan_sibling.sh does here: its tree serves Vulkan only); each patch's libggml-base beside the
 # rest of its build. The builds go where `ggml-trace` looks for them: GGML_TRACE_BUILD_DIR=WORK/builds.
 # SWEEPS (sweep step; default all of them, in this order): cuda2 vulkan cuda4 mixed. DEADLINE_S (default
-# 540): no sweep starts after that many seconds.
+# 540): no sweep starts after that many seconds; LIMIT_S (default 570): a sweep still running then is
+# stopped and writes what it has done.
 set -uo pipefail
 step=$1; out=$(realpath -m "${2:?usage: $0 build|sweep OUT_DIR}")
 mkdir -p "$out"
@@ -89,7 +90,9 @@ run_sweep() {  # run_sweep NAME ARGS...: one sweep, its sweep.json and sweep.md 
   local name=$1; shift
   if [ "$(elapsed)" -ge "$deadline" ]; then echo "$name: not started (deadline)"; return 0; fi
   local t=$(date +%s)
-  python3 -m ggml_trace.tracer.cli sweep --quick -o "$w/sweep-$name" "$@" 2> "$w/sweep-$name.err" | tail -3
+  # stopped (SIGINT) in time for the call's limit: the sweep writes the cells it has done
+  timeout -s INT -k 20 $(( ${LIMIT_S:-570} - $(elapsed) )) \
+    python3 -m ggml_trace.tracer.cli sweep --quick -o "$w/sweep-$name" "$@" 2> "$w/sweep-$name.err" | tail -3
   echo "$name: exit $? in $(( $(date +%s) - t )) s"
   grep -v '^\[' "$w/sweep-$name.err" | tail -5
   cp "$w/sweep-$name/sweep.json" "$out/$name.json" 2>/dev/null
