@@ -22,6 +22,7 @@ PATCHED      := $(BUILD_DIR)/llama-b10531-tpfix/bin/libggml-trace-hooks.so
 # b11434's ggml with our fix of the pipeline-parallel race (docs/pipeline-parallel.md), and with the
 # blunt alternative it is measured against (every queue drained before every split)
 PP_PATCHED   := $(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so \
+                $(BUILD_DIR)/llama-b11434-slotfix/bin/libggml-trace-hooks.so \
                 $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so \
                 $(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so \
                 $(BUILD_DIR)/llama-b11434-ubatchsync/bin/libggml-trace-hooks.so
@@ -107,6 +108,10 @@ $(PATCHED): $(BUILD_DIR)/llama-b10531/.built patches/meta-allreduce-scratch.patc
 $(BUILD_DIR)/llama-b11434-ppfix/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/pipeline-host-reads.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
 	scripts/build_patched.sh b11434 patches/pipeline-host-reads.patch ppfix
 
+# and with the fix of the copy-slot race the sweep found as well (docs/census.md): both races fixed
+$(BUILD_DIR)/llama-b11434-slotfix/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/pipeline-host-reads.patch patches/copy-slot-wait.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
+	scripts/build_patched.sh b11434 patches/pipeline-host-reads.patch:patches/copy-slot-wait.patch slotfix
+
 $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/sync-every-split.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
 	scripts/build_patched.sh b11434 patches/sync-every-split.patch ppsync
 
@@ -178,6 +183,7 @@ bench: setup
 	$(VPY) bench/bench_device_timing.py
 	$(VPY) bench/bench_stall_figures.py
 	$(VPY) bench/bench_pipeline_overlap.py
+	$(VPY) bench/bench_sweep.py
 
 clean:
 	rm -rf $(BUILD_DIR) $(VENV)

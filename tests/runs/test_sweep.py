@@ -7,7 +7,7 @@ import pytest
 
 from support import ggml_trace
 
-BUILDS = ["b10524", "b10531", "b11434", "b11434-ppfix"]
+BUILDS = ["b10524", "b10531", "b11434", "b11434-ppfix", "b11434-slotfix"]
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +61,13 @@ def test_the_pipeline_input_race_is_red_on_b11434_and_gone_with_the_fix(swept):
     assert before["verdict"] == "RED" and _cpu_input_races(before), before
     (after,) = cells(d, "pipeline-input-reuse", "b11434-ppfix", buffer="pinned", parallel=1)
     assert _cpu_input_races(after) == [], after
-    # what is left there is the race on the destination's copy slot (docs/sweep.md, "Found"): the peer
-    # copy runs on the source's queue, which nothing makes wait for the slot's last reader
-    assert all(r["tensors"][0].startswith("VDEV1#l0#") for r in after["races"]), after["races"]
+    # what is left there is the race on the destination's copy slot (docs/census.md): the peer copy runs
+    # on the source's queue, which nothing makes wait for the slot's last reader ...
+    assert after["races"] and all(r["tensors"][0].startswith("VDEV1#l0#") for r in after["races"]), after["races"]
+    assert "an event_wait on VDEV0 before the second" in after["races"][0]["missing"]
+    # ... which our second fix orders (patches/copy-slot-wait.patch, on top of the first)
+    for cell in cells(d, "pipeline-input-reuse", "b11434-slotfix"):
+        assert cell["verdict"] == "GREEN", cell
 
 
 def test_the_page_is_a_table_github_renders(swept):
