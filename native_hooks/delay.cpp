@@ -456,7 +456,7 @@ void delay_start() {
     g_delay_on = true;
 }
 
-void delay_prepare(ggml_backend_t backend, uint32_t index) {
+void delay_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i & own) {
     if (!delay_on()) return;
     const char * name = g_api.backend_name(backend);
     bool named = false;
@@ -468,9 +468,9 @@ void delay_prepare(ggml_backend_t backend, uint32_t index) {
     enum ggml_backend_dev_type type = dev && g_api.dev_type ? g_api.dev_type(dev) : GGML_BACKEND_DEVICE_TYPE_CPU;
     bool device = type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU;
     // virtual devices stall their own queue, CUDA its stream (stream_delay)
-    bool own = (name && strncmp(name, "VDEV", 4) == 0) || is_cuda(backend);
-    if (named && device && !own) {
-        work_prepare(backend, index, backend->iface);
+    bool own_delay = (name && strncmp(name, "VDEV", 4) == 0) || is_cuda(backend);
+    if (named && device && !own_delay) {
+        work_prepare(backend, index, own);
     }
 }
 

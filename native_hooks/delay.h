@@ -19,10 +19,10 @@ namespace ggml_trace {
 void delay_init(bool tracing);
 // Once the trace is open: writes META delay.rules and puts the rules in effect.
 void delay_start();
-// A backend seen for the first time, before the hooks patch its vtable (backend->iface is its own):
-// where a rule may select it and it has no queue or stream delay of its own, sizes its device-side
-// delays (delay_work.h) while it is idle.
-void delay_prepare(ggml_backend_t backend, uint32_t index);
+// A backend seen for the first time (`own`: its vtable before the hooks patched it): where a rule may
+// select it and it has no queue or stream delay of its own, sizes its device-side delays
+// (delay_work.h) while it is idle. Called without the hooks' locks held.
+void delay_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i & own);
 
 // Before the operation of `call` (kind, graph, split and call_id filled in) is enqueued on
 // `backend` (trace index `index`, original vtable `orig`): injects what the rules select.

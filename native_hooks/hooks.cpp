@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <vector>
 
 #include "capture.h"
 #include "delay.h"
@@ -103,41 +104,54 @@ bool register_backends(ggml_backend_t * backends, ggml_backend_buffer_type_t * b
             return false;
         }
     }
-    std::lock_guard<std::mutex> lock(g_patch_mutex);
-    for (int i = 0; i < n; i++) {
-        ggml_backend_t b = backends[i];
-        bool is_new;
-        BackendEntry * e = add_backend(b, &is_new);
-        if (!e) {
-            fprintf(stderr, "ggml-trace: too many backends; backend %s is not traced\n", g_api.backend_name(b));
-            continue;
-        }
-        e->refs++;
-        if (is_new) {
-            delay_prepare(b, e->index);  // its own vtable still: device-side delays sized while it is idle
-            patch_backend(b);
-            write_backend_record(*e, b);
-        }
-        ggml_backend_dev_t dev = b->device;
-        if (dev) {
-            DeviceEntry * d = add_device(dev, e->index, &is_new);
-            if (d) {
-                d->refs++;
-                if (is_new) {
-                    patch_device(dev);
+    // backends seen for the first time, with their own vtables: their device-side delays are sized
+    // after the lock is released (sizing allocates through vtables the hooks may have patched)
+    struct Fresh {
+        ggml_backend_t backend;
+        uint32_t index;
+        ggml_backend_i own;
+    };
+    std::vector<Fresh> fresh;
+    {
+        std::lock_guard<std::mutex> lock(g_patch_mutex);
+        for (int i = 0; i < n; i++) {
+            ggml_backend_t b = backends[i];
+            bool is_new;
+            BackendEntry * e = add_backend(b, &is_new);
+            if (!e) {
+                fprintf(stderr, "ggml-trace: too many backends; backend %s is not traced\n", g_api.backend_name(b));
+                continue;
+            }
+            e->refs++;
+            if (is_new) {
+                fresh.push_back({b, e->index, b->iface});
+                patch_backend(b);
+                write_backend_record(*e, b);
+            }
+            ggml_backend_dev_t dev = b->device;
+            if (dev) {
+                DeviceEntry * d = add_device(dev, e->index, &is_new);
+                if (d) {
+                    d->refs++;
+                    if (is_new) {
+                        patch_device(dev);
+                    }
+                }
+            }
+            ggml_backend_buffer_type_t buft = bufts ? bufts[i] : g_api.backend_get_default_buffer_type(b);
+            if (buft) {
+                BuftEntry * t = add_buft(buft, &is_new);
+                if (t) {
+                    t->refs++;
+                    if (is_new) {
+                        patch_buffer_type(buft);
+                    }
                 }
             }
         }
-        ggml_backend_buffer_type_t buft = bufts ? bufts[i] : g_api.backend_get_default_buffer_type(b);
-        if (buft) {
-            BuftEntry * t = add_buft(buft, &is_new);
-            if (t) {
-                t->refs++;
-                if (is_new) {
-                    patch_buffer_type(buft);
-                }
-            }
-        }
+    }
+    for (const Fresh & f : fresh) {
+        delay_prepare(f.backend, f.index, f.own);  // idle still: nothing of the program's is queued on it yet
     }
     return true;
 }

@@ -40,17 +40,26 @@ def after(tmp_path_factory):
 
 
 def test_before_the_fix_corrupt_runs_show_the_race_manifested(before):
+    """Every corrupt run shows the pair with the times of an overlap at least; MANIFESTED where the
+    markers prove the order (the copy had not started when the CPU's split of 8 nodes had ended),
+    OVERLAPPED where they show the copy inside that split, whose node writing conv_states-0 has no
+    time of its own (docs/races.md). A correct run never says MANIFESTED."""
     assert before["crashed_runs"] == 0
     assert before["complete_runs"] == RUNS
     assert before["corrupt_runs"] >= 18, before
+    verdicts = []
     for run in before["runs"]:
+        race = [r for r in run["races"] if "model.input_embed" in (r["a"], r["b"])]
         if run["corrupt"]:
-            race = [r for r in run["races"] if "model.input_embed" in (r["a"], r["b"])]
             assert len(race) == 1, run
             (r,) = race
             # exactly the upstream pair: Vulkan0's copy reads model.input_embed, CPU overwrites it
             assert (r["a_backend"], r["b_backend"], r["b"]) == ("Vulkan0", "CPU", "conv_states-0"), r
-            assert r["verdict"] == "manifested" and r["basis"] == "bounds", r
+            assert r["verdict"] in ("manifested", "overlapped") and r["basis"] == "bounds", r
+            verdicts.append(r["verdict"])
+        else:
+            assert all(r["verdict"] != "manifested" for r in race), run
+    assert "manifested" in verdicts, verdicts
 
 
 def test_after_the_fix_every_run_is_clean_and_race_free(after):
