@@ -111,18 +111,18 @@ def test_inputless_reuse_on_real_vulkan_before_and_after_the_fix(tmp_path):
                                    out_dir=tmp_path / f"red{len(rounds)}"))
     red_corrupt = sum(r.corrupt_runs for r in rounds)
     assert red_corrupt >= 4, [r.corrupt for r in rounds]
-    proven = 0
     for red in rounds:
         for i, path in enumerate(red.traces):
             (race,) = findings(races(load(path)))
             assert {race["a"]["tensor"], race["b"]["tensor"]} == {"h", "z"}
-            # A corrupt run's race is never called latent. The marker bounds prove most of them
-            # manifested; on a loaded machine a marker can be read too late to prove it (seen: 1 run
-            # of 20 undetermined), which is honest, not wrong.
+            # A corrupt run's race is never called latent: the marker bounds prove it manifested (the
+            # copy began after the CPU's split had ended) or show the two overlapping; on a loaded
+            # machine a marker can be read too late to show either (seen: 1 run of 20 undetermined),
+            # which is honest, not wrong. A correct run's is never called manifested (docs/races.md).
             if i in red.corrupt:
-                assert race["verdict"] in ("manifested", "undetermined") and race["basis"] == "bounds", (path, race)
-                proven += race["verdict"] == "manifested"
-    assert proven * 2 >= red_corrupt, (proven, red_corrupt)
+                assert race["verdict"] != "latent" and race["basis"] == "bounds", (path, race)
+            else:
+                assert race["verdict"] != "manifested", (path, race)
     green = scenario.run("inputless-reuse", build="b10531", runs=20, backend="vulkan", out_dir=tmp_path / "green")
     assert green.corrupt_runs == 0
     assert all(findings(races(load(p))) == [] for p in green.traces)
