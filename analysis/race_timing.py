@@ -2,8 +2,9 @@
 race analysis ran, how finely that is known, and the verdict of each pair of operations.
 
 Two stages, each a function returning named values: `operation_times` (per operation: its
-execution interval, the bounds on its start and end, whether it is one transfer or one node) and `pair_verdicts` (per racing pair: manifested, overlapped, latent or
-undetermined, and whether it was inverted). `timing_words` says, for the operations a finding
+execution interval, the bounds on its start and end, whether it is one transfer or one node) and
+`pair_verdicts` (per racing pair: manifested, overlapped, latent or undetermined, and whether it
+was inverted). `timing_words` says, for the operations a finding
 shows, what was known of their time and, where nothing was, why.
 
 A verdict of "manifested" is a proof that the conflicting accesses happened out of order: the later

@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .hooks import build_root, libraries_first, pinned_builds
+from .hooks import libraries_first, pinned_builds
 from .record import trace_env
 from .scenario import META_SCENARIOS, SCENARIOS
 
@@ -55,7 +55,6 @@ class DeviceSet:
     devices: tuple
     tree: str          # the build's tree (programs.bin_dir name) whose scenario program runs them
     env: tuple = ()    # (name, value) pairs
-    virtual: int = 0   # how many of the devices are virtual (VDEVn)
 
 
 @dataclass(frozen=True)
@@ -162,13 +161,13 @@ def device_sets(backend: str, build: str, vdevs: int = 3) -> list[DeviceSet]:
     vnames = tuple(f"VDEV{i}" for i in range(vdevs))
     own = _trees(build, "vdev") if backend in ("vdev", "all") else []
     if own:
-        out.append(DeviceSet("VDEV", vnames, own[0], VDEV_ENV, vdevs))
+        out.append(DeviceSet("VDEV", vnames, own[0], VDEV_ENV))
     vk = _tree_with(build, "vulkan", "Vulkan0", dict(VULKAN_ENV)) if backend in ("vulkan", "all") else None
     if vk:
         beside = tuple(f"VDEV{i}" for i in range(vdevs - 1))
         venv = VULKAN_ENV + VDEV_ENV
-        out.append(DeviceSet("Vulkan0+VDEV", ("Vulkan0", *beside), vk, venv, vdevs - 1))
-        out.append(DeviceSet("VDEV+Vulkan0", (beside[0], "Vulkan0", *beside[1:]), vk, venv, vdevs - 1))
+        out.append(DeviceSet("Vulkan0+VDEV", ("Vulkan0", *beside), vk, venv))
+        out.append(DeviceSet("VDEV+Vulkan0", (beside[0], "Vulkan0", *beside[1:]), vk, venv))
     # device timing: the event watcher times CUDA's work, so that verdicts rest on device times
     cuda_env = {"GGML_CUDA_DEVICES": str(vdevs), "GGML_TRACE_DEVICE_TIMING": "1"}
     cu = _tree_with(build, "cuda", "CUDA", cuda_env) if backend in ("cuda", "all") else None
@@ -182,7 +181,7 @@ def device_sets(backend: str, build: str, vdevs: int = 3) -> list[DeviceSet]:
     return out
 
 
-def plan(options: SweepOptions, log=lambda line: None) -> tuple[list[Cell], list[str]]:
+def plan(options: SweepOptions) -> tuple[list[Cell], list[str]]:
     """The cells to run, and a line for each build, pattern or device set that cannot run."""
     problems = []
     patterns = list(options.patterns) or PATTERNS
@@ -409,7 +408,7 @@ def sweep(options: SweepOptions, log=lambda line: None) -> SweepResult:
     """Plans the cells, runs them `options.jobs` at a time (each in a process of its own), and
     logs a line per cell as it ends."""
     t0 = time.monotonic()
-    cells, problems = plan(options, log)
+    cells, problems = plan(options)
     for p in problems:
         log(f"ggml-trace sweep: {p}")
     if not cells:
@@ -442,6 +441,3 @@ def progress_words(r: CellResult) -> str:
              f"{' / '.join(map(str, r.races[0]['tensors']))})" if r.races else ""))
     return f"{r.verdict:<5} {c.pattern} on {c.device_set.label}, {c.build}{axes}: {what}"
 
-
-def root_default() -> Path:
-    return build_root() / "sweep"
