@@ -30,7 +30,9 @@ def test_replay_is_red_on_the_racing_build_and_green_with_the_fix(vulkan_23321, 
     out, _ = vulkan_23321
     red = replay_json(out, "b10524", 20, "--backend", backend)
     assert red["verdict"] == "RED" and red["red_runs"] >= 18, red
-    assert red["race_runs"] == 20 and red["manifested_runs"] >= (18 if backend == "vdev" else 1), red
+    # proven (inverted) where the copy began after the CPU's split ended; the others overlapped it, which
+    # proves no order (docs/races.md): 20 of 20 idle here, 14 of 20 beside the suite's other workers
+    assert red["race_runs"] == 20 and red["manifested_runs"] >= 1, red
     green = replay_json(out, "b10531", 20, "--backend", backend)
     assert green["verdict"] == "GREEN" and green["red_runs"] == 0 and green["race_runs"] == 0, green
     assert red["splits"] == green["splits"] <= 4
