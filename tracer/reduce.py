@@ -146,24 +146,25 @@ def reduce(trace_path, out_dir, race: int | None = None, build: str | None = Non
     work = Path(tempfile.mkdtemp(prefix="ggml-trace-reduce-"))
     steps = []
     try:
-        # Halve the size while the race is there; keep the smallest size at which it also hit
-        # (on virtual devices the times prove it; a real device's markers may not).
+        # Halve the size while the race is there; keep the smallest size at which it also hit: the
+        # times prove it (inverted) or the result was wrong (on virtual devices; a real device's
+        # markers may show neither).
         best = None
         while True:
             spec = spec_text(shape, size, header=header, work_us=queue["target_us"] if queue else 0)
             c = confirm(spec, shape, build, latency, work / f"s{size}", backend)
             steps.append({unit: size, "race": c.found, "manifested": c.manifested, "wrong": c.wrong})
-            log(f"{size} {unit}: " + ("same race" + (", manifested" if c.manifested else "") if c.found
-                                      else "the race is gone"))
+            log(f"{size} {unit}: " + ("same race" + (", manifested" if c.manifested else "")
+                                      + (", a wrong result" if c.wrong else "") if c.found else "the race is gone"))
             if not c.found:
                 break
-            if c.manifested or backend != "vdev":
+            if c.manifested or c.wrong or backend != "vdev":
                 best = (size, spec, c)
             if size <= smallest:
                 break
             size = max(smallest, size // 2)
         if best is None:
-            seen = ("shows the race, but its times do not prove it hit" if any(s["race"] for s in steps)
+            seen = ("shows the race, but neither its times nor its result show it hit" if any(s["race"] for s in steps)
                     else "shows no such race")
             raise ReduceError(f"race {n} did not survive in the smallest graph of its shape ({shape.name}) on "
                               f"{build} ({backend}): the reduced run's trace {seen}")
