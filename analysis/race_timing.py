@@ -2,7 +2,7 @@
 race analysis ran, how finely that is known, and the verdict of each pair of operations.
 
 Two stages, each a function returning named values: `operation_times` (per operation: its
-execution interval, the bounds on its start and end, whether it is one transfer or one node) and
+execution interval, the bounds on its start and end, whether it is a split of many nodes) and
 `pair_verdicts` (per racing pair: manifested, overlapped, latent or undetermined, and whether it
 was inverted). `timing_words` says, for the operations a finding
 shows, what was known of their time and, where nothing was, why.
@@ -23,12 +23,14 @@ import numpy as np
 import pandas as pd
 
 from .arrays import lookup
-from .kinds import COPY_KINDS, HOST_WRITE_KINDS
+from .kinds import HOST_WRITE_KINDS
 from .load import best_device_intervals
 
 # verdict: what the times prove (codes: positions; "overlapped" appended so that codes stay).
 VERDICTS = ["manifested", "latent", "undetermined", "overlapped"]
 MANIFESTED, LATENT, UNDETERMINED, OVERLAPPED = range(4)
+# the order findings are listed in (by code): proven first, then overlapped, then the rest (by margin)
+LISTING_ORDER = {MANIFESTED: 0, OVERLAPPED: 1}
 # basis: what the times of the pair's operations are — "device" (each async operation measured on
 # its device, or a host call), "events" (the event watcher's estimates), "bounds" (an operation
 # known only to lie inside an interval: Vulkan's markers), "host" (an async operation with no
@@ -47,24 +49,21 @@ _SOURCE_WORDS = {"device": "the virtual device's own record", "cupti": "CUPTI",
                  "events": f"the event watcher (±{EVENTS_TOLERANCE_NS // 1000} us)",
                  "markers": "marker bounds"}
 _SOURCES = list(_SOURCE_WORDS)
-# Kinds that are one transfer of bytes (said in the words; a split of many nodes is said as such).
-_TRANSFERS = [*COPY_KINDS, "set_tensor_async", "get_tensor_async", "set_tensor_2d_async", "get_tensor_2d_async",
-              "buf_memset_tensor"]
 
 
 @dataclass(frozen=True)
 class OperationTimes:
     """Per operation of the analysis (arrays of one length): its execution interval (`begin`,
     `end`: its device interval if any, else its host call), whether that is `measured` on a device,
-    `basis` (BASES codes), `source` (code in _SOURCES of its device interval, -1: none), `whole`
-    (one transfer or one node: not a split whose accesses lie each in one of many nodes), and
+    `basis` (BASES codes), `source` (code in _SOURCES of its device interval, -1: none),
+    `many_nodes` (a split whose accesses lie each in one of its many nodes: the words say so), and
     bounds on its start and end (ns; _INF: unbounded)."""
     begin: np.ndarray
     end: np.ndarray
     measured: np.ndarray
     basis: np.ndarray
     source: np.ndarray
-    whole: np.ndarray
+    many_nodes: np.ndarray
     s_lo: np.ndarray
     s_hi: np.ndarray
     e_lo: np.ndarray
@@ -98,13 +97,12 @@ def operation_times(device: pd.DataFrame | None, call_id: np.ndarray, kind: np.n
         source[r] = d["src"].to_numpy(np.int64)[ok]
         basis[r] = np.select([source[r] == _SOURCES.index("markers"), source[r] == _SOURCES.index("events")],
                              [BOUNDS, EVENTS], DEVICE)
-    split = kind == _code(kind_names, "graph_compute")
-    whole = np.isin(kind, _codes(kind_names, _TRANSFERS)) | (split & (nodes <= 1))
+    many_nodes = (kind == _code(kind_names, "graph_compute")) & (nodes > 1)
     exact = (basis == DEVICE) | (basis == EVENTS)
     s_lo, e_hi = begin.copy(), np.where(basis == HOST, _INF, end)
     s_hi = np.where(exact, begin, e_hi)  # it started no later than it ended
     e_lo = np.where(exact, end, s_lo)    # and ended no earlier than it started
-    return OperationTimes(begin, end, measured, basis, source, whole, s_lo, s_hi, e_lo, e_hi)
+    return OperationTimes(begin, end, measured, basis, source, many_nodes, s_lo, s_hi, e_lo, e_hi)
 
 
 @dataclass(frozen=True)
@@ -144,16 +142,15 @@ def finding_verdict(counts: np.ndarray) -> np.ndarray:
                      [MANIFESTED, OVERLAPPED, LATENT], UNDETERMINED)
 
 
-def timing_words(times: OperationTimes, o: np.ndarray, kinds: list, backends: list, nodes: np.ndarray,
-                 untimed: dict) -> list:
-    """For operations `o` (with their kind and backend names and node counts): what is known of
+def timing_words(times: OperationTimes, o: np.ndarray, backends: list, nodes: np.ndarray, untimed: dict) -> list:
+    """For operations `o` (with their backend names and node counts): what is known of
     when each ran, in words, and where nothing is, why. `untimed`: {backend name: why its work
     has no device time} (untimed_reasons)."""
     out = []
     for i, op in enumerate(o.tolist()):
-        kind, be, basis = kinds[i], backends[i], int(times.basis[op])
+        be, basis = backends[i], int(times.basis[op])
         inside = (f"a split of {int(nodes[i])} nodes: each access lies somewhere inside"
-                  if kind == "graph_compute" and not times.whole[op] else "")
+                  if times.many_nodes[op] else "")
         if basis == HOST:
             out.append(f"no device time: {untimed.get(be) or 'recorded without --device-timing'}")
         elif times.measured[op]:

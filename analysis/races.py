@@ -32,7 +32,7 @@ from .arrays import (bit_width, cat_codes, expand_ranges, int_values, ints_or_no
 from .frames import backend_labels
 from .kinds import ENQUEUE_KINDS
 from .race_report import CLASSES, RaceReport, findings_frame, format_report, missing_column, verdict_words
-from .race_timing import (BASES, LATENT, MANIFESTED, OVERLAPPED, VERDICTS, OperationTimes, finding_verdict,
+from .race_timing import (BASES, LATENT, LISTING_ORDER, MANIFESTED, VERDICTS, OperationTimes, finding_verdict,
                           operation_times, pair_verdicts, timing_words, untimed_reasons)
 from .schema import FINDING_SIDE
 
@@ -40,8 +40,6 @@ from .schema import FINDING_SIDE
 __all__ = ["races", "RaceReport", "format_report", "verdict_words", "MODES", "CHUNK", "MAX_CANDIDATES"]
 
 MODES = ["read", "write"]
-# the order findings are listed in: proven first, then overlapped, then the rest by margin
-VERDICT_ORDER = {MANIFESTED: 0, OVERLAPPED: 1}
 
 # Candidate (window) entries examined per chunk, and in all for one window pass before the
 # windows are cut to their most recent entries (a safety valve for traces in which a queue is
@@ -467,7 +465,7 @@ class _Analysis:
         # only a latent finding has a margin (the smallest latent one is kept: latent_margin_ns)
         agg["shown_margin"] = agg["margin_ns"].where(agg["verdict"] == LATENT)
         agg["sort_margin"] = agg["shown_margin"].fillna(-1)
-        agg["sort_verdict"] = agg["verdict"].map(VERDICT_ORDER).fillna(2)
+        agg["sort_verdict"] = agg["verdict"].map(LISTING_ORDER).fillna(2)
         agg = agg.sort_values(["sort_verdict", "sort_margin", "t"], kind="stable")
         return self.describe(agg)
 
@@ -496,7 +494,7 @@ class _Analysis:
             "role": objects_at(self.role_names, self.c_role[o]),
             "queue": self.c_enq[o].tolist(),
             "queue_backend": objects_at(self.backend_names, self.c_qbackend[o]),
-            "timing": timing_words(t, o, kinds, backends, self.c_nodes[o], untimed),
+            "timing": timing_words(t, o, backends, self.c_nodes[o], untimed),
         }
 
     def describe(self, agg: pd.DataFrame) -> pd.DataFrame:

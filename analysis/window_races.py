@@ -19,7 +19,7 @@ import pandas as pd
 
 from .load import load_raw
 from .race_report import FINDING_COLUMNS, RaceReport, findings_frame
-from .race_timing import BASES, MANIFESTED, OVERLAPPED, VERDICTS, finding_verdict
+from .race_timing import BASES, LISTING_ORDER, VERDICTS, finding_verdict
 from .races import races
 from .trace_file import display_path
 from .window_index import CONTEXT_GRAPHS, WINDOW_RECORDS, TraceIndex, Window, index_trace, plan_windows, read_ahead, read_window
@@ -143,6 +143,6 @@ def merge_findings(frames: list) -> pd.DataFrame:
     out["last_t_ns"] = last["last_t_ns"]
     out["_sort_margin"] = out["margin_ns"].fillna(-1)
     # as races(): proven first, then overlapped, then by margin, then by time
-    out["_sort_verdict"] = out["verdict"].map({VERDICTS[MANIFESTED]: 0, VERDICTS[OVERLAPPED]: 1}).fillna(2)
+    out["_sort_verdict"] = out["verdict"].map({VERDICTS[v]: k for v, k in LISTING_ORDER.items()}).fillna(2)
     out = out.sort_values(["_sort_verdict", "_sort_margin", "first_t_ns"], kind="stable")
     return findings_frame({c: out[c].tolist() for c in FINDING_COLUMNS})

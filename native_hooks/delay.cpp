@@ -461,8 +461,7 @@ void delay_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i 
     const char * name = g_api.backend_name(backend);
     bool named = false;
     for (int i = 0; i < g_delay_n_rules && !named; i++) {
-        const char * prefix = g_delay_rules[i].backend;
-        named = !prefix[0] || (name && strncmp(name, prefix, strlen(prefix)) == 0);
+        named = delay_rule_names(g_delay_rules[i], name);
     }
     ggml_backend_dev_t dev = g_api.backend_get_device(backend);
     enum ggml_backend_dev_type type = dev && g_api.dev_type ? g_api.dev_type(dev) : GGML_BACKEND_DEVICE_TYPE_CPU;

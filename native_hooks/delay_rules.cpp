@@ -186,6 +186,10 @@ bool delay_parse(const char * text, char * err, size_t err_len) {
     return true;
 }
 
+bool delay_rule_names(const DelayRule & r, const char * name) {
+    return !r.backend[0] || (name && strncmp(name, r.backend, strlen(r.backend)) == 0);
+}
+
 int delay_match(const DelayQuery & q, DelayHit * hits, int max_hits) {
     int found = 0;
     for (int i = 0; i < g_delay_n_rules && found < max_hits; i++) {
@@ -194,7 +198,7 @@ int delay_match(const DelayQuery & q, DelayHit * hits, int max_hits) {
         if (r.kind >= 0 && r.kind != q.kind) continue;
         if (!in_range(q.graph == NONE32 ? -2 : (int64_t) q.graph, r.graph_lo, r.graph_hi)) continue;
         if (!in_range(q.split, r.split_lo, r.split_hi)) continue;
-        if (r.backend[0] && (!q.backend_name || strncmp(q.backend_name, r.backend, strlen(r.backend)) != 0)) continue;
+        if (!delay_rule_names(r, q.backend_name)) continue;
         if (r.op[0] && (r.op_id < 0 || (q.op_first != r.op_id && q.op_last != r.op_id))) continue;
         if (r.tensor[0] && (!q.has_tensor || !q.has_tensor(q.ctx, r.tensor))) continue;
         uint64_t n = r.matched.fetch_add(1, std::memory_order_relaxed);

@@ -59,6 +59,9 @@ bool delay_parse(const char * text, char * err, size_t err_len);
 // Call-kind name as the trace names it ("graph_compute", ...) -> CallKind, or -1.
 int delay_kind_of(const char * name);
 
+// Whether rule `r` names the backend `name` (its BACKEND is a prefix of it, or any).
+bool delay_rule_names(const DelayRule & r, const char * name);
+
 // The rules that select `q`, in rule order (each rule counts its own matches). Returns how many.
 int delay_match(const DelayQuery & q, DelayHit * hits, int max_hits);
 

@@ -22,7 +22,6 @@ namespace {
 // ggml's graph API, from the program's own libggml-base (the hooks do not link ggml).
 struct GraphApi {
     ggml_context * (*init)(ggml_init_params);
-    void (*free)(ggml_context *);
     ggml_tensor * (*new_tensor_2d)(ggml_context *, ggml_type, int64_t, int64_t);
     ggml_tensor * (*mul_mat)(ggml_context *, ggml_tensor *, ggml_tensor *);
     ggml_cgraph * (*new_graph_custom)(ggml_context *, size_t, bool);
@@ -39,7 +38,6 @@ std::once_flag g_graph_once;
 void resolve_graph_api() {
     const char * user = "device-side delays";
     g_graph.ok = resolve_symbol(g_graph.init, "ggml_init", false, user) &&
-                 resolve_symbol(g_graph.free, "ggml_free", false, user) &&
                  resolve_symbol(g_graph.new_tensor_2d, "ggml_new_tensor_2d", false, user) &&
                  resolve_symbol(g_graph.mul_mat, "ggml_mul_mat", false, user) &&
                  resolve_symbol(g_graph.new_graph_custom, "ggml_new_graph_custom", false, user) &&

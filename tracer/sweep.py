@@ -15,6 +15,7 @@ Layers: planning (`plan`, `device_sets`), one cell (`run_cell`, in a worker proc
 """
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import time
@@ -136,16 +137,22 @@ def _tree_with(build: str, kind: str, device: str, env: dict) -> str | None:
 
 
 def listed_devices(tree: str, env: dict | None = None) -> list[str]:
-    """The devices the tree's scenario program sees (`ggml-trace-scenarios devices`), [] if none."""
+    """The devices the tree's scenario program sees (`ggml-trace-scenarios devices`), [] if none;
+    asked once per tree and environment (a device set's planning asks again)."""
+    return list(_listed_devices(tree, tuple(sorted((env or {}).items()))))
+
+
+@functools.lru_cache(maxsize=None)
+def _listed_devices(tree: str, env: tuple) -> tuple:
     exe = pinned_builds()[tree] / "ggml-trace-scenarios"
     if not exe.exists():
-        return []
-    run_env = libraries_first(exe.parent, dict(os.environ, **(env or {})))
+        return ()
+    run_env = libraries_first(exe.parent, dict(os.environ, **dict(env)))
     try:
         r = subprocess.run([str(exe), "devices"], capture_output=True, text=True, timeout=60, env=run_env)
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.split("\t")[0] for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else []
+        return ()
+    return tuple(line.split("\t")[0] for line in r.stdout.splitlines() if line.strip()) if r.returncode == 0 else ()
 
 
 VDEV_ENV = (("GGML_TRACE_VDEV_HOST_COPIES", "pinned"),)  # as Vulkan: async only out of pinned host memory
