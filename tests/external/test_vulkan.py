@@ -43,7 +43,10 @@ def test_before_the_fix_corrupt_runs_show_the_race_manifested(before):
     """Every corrupt run shows the pair with the times of an overlap at least; MANIFESTED where the
     markers prove the order (the copy had not started when the CPU's split of 8 nodes had ended),
     OVERLAPPED where they show the copy inside that split, whose node writing conv_states-0 has no
-    time of its own (docs/races.md). A correct run never says MANIFESTED."""
+    time of its own (docs/races.md). A correct text can come with a manifested race: the tiny random
+    model's greedy tokens absorb an overwritten embedding now and then (seen here once in 20 runs;
+    3 of 81 forced runs in test_force_programs.py), so the text is no oracle for the other direction;
+    the scenario's bit-exact result is (test_inputless_reuse_on_real_vulkan_before_and_after_the_fix)."""
     assert before["crashed_runs"] == 0
     assert before["complete_runs"] == RUNS
     assert before["corrupt_runs"] >= 18, before
@@ -57,8 +60,6 @@ def test_before_the_fix_corrupt_runs_show_the_race_manifested(before):
             assert (r["a_backend"], r["b_backend"], r["b"]) == ("Vulkan0", "CPU", "conv_states-0"), r
             assert r["verdict"] in ("manifested", "overlapped") and r["basis"] == "bounds", r
             verdicts.append(r["verdict"])
-        else:
-            assert all(r["verdict"] != "manifested" for r in race), run
     assert "manifested" in verdicts, verdicts
 
 
