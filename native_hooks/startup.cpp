@@ -162,7 +162,10 @@ void init_writer() {
     delay_init(out && *out);  // exits when GGML_TRACE_DELAY does not parse
     host_writes_init();        // exits when GGML_TRACE_HOST_WRITES does not parse
     if (!out || !*out) {
-        return;  // loaded but not asked to trace: every hook passes straight through
+        // loaded but not asked to trace: every hook passes straight through, and the program's log
+        // is still drained at exit (diagnose's reference runs so: its output whole, as a traced run's)
+        atexit(drain_program_log);
+        return;
     }
     const char * paused = getenv("GGML_TRACE_START_PAUSED");
     g_capture_on.store(!(paused && *paused == '1'));

@@ -229,11 +229,13 @@ def reference_argv(argv: list, reference: str | None, reference_dev: str | None)
     return with_options(argv, one_device)
 
 
-def _reference_env(ggml_dir: Path | None) -> dict:
+def _reference_env(ggml_dir: Path | None, hooks: Path) -> dict:
     """Our environment without the hooks' variables (no virtual devices, no tracing), on the
-    patched ggml where --build names one (`ggml_dir`)."""
+    patched ggml where --build names one (`ggml_dir`). The hooks are loaded all the same, asked to
+    trace nothing: they drain llama.cpp's logger at exit, which an untraced run can cut short
+    (upstream #22142: seen losing a reference's whole output)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_TRACE_")}
-    env.pop("LD_PRELOAD", None)
+    env["LD_PRELOAD"] = str(hooks)
     if ggml_dir:
         from .hooks import libraries_first
 
@@ -423,7 +425,7 @@ def diagnose(program: Program, options: DiagnoseOptions, log=lambda line: None) 
         d.reference_argv = reference_argv(program.cmd, options.reference, options.reference_dev)
         log(f"reference: {shlex.join(d.reference_argv)} (untraced)")
         try:
-            d.reference = _run_reference(d.reference_argv, _reference_env(ggml_dir), runs_dir, options.timeout)
+            d.reference = _run_reference(d.reference_argv, _reference_env(ggml_dir, lib), runs_dir, options.timeout)
         except OSError as e:
             raise DiagnoseError(f"the reference run did not start: {e}") from None
         log(f"reference: {d.reference.exit} in {d.reference.seconds:.1f} s, {d.reference.output_bytes} bytes of output")

@@ -57,7 +57,7 @@ class TraceOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TraceOptions:
         """The options add_program_options parsed (the command line's side of the boundary)."""
-        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
         values["delays"] = values["delays"] or []  # argparse's append leaves None when none is given
         return cls(**values)
 
@@ -103,11 +103,13 @@ def _latencies(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_program_options(p) -> None:
+def add_program_options(p, build: bool = True) -> None:
     """The options that say which hooks, devices, timing and delays a traced program runs with
-    (TraceOptions.from_args reads them back)."""
+    (TraceOptions.from_args reads them back); `build`: --build too (a command that takes several
+    builds has its own)."""
     p.add_argument("--hooks", help="hook library to inject (default: the one built for the program's ggml)")
-    p.add_argument("--build", help="use the hooks of a pinned build, e.g. b10531")
+    if build:
+        p.add_argument("--build", help="use the hooks of a pinned build, e.g. b10531")
     p.add_argument("--virtual-devices", type=int, default=0, metavar="N",
                    help="give the program N virtual async devices VDEV0..N-1 (docs/scenarios.md)")
     p.add_argument("--vdev-latency-us", type=_latencies, default=VDEV_LATENCY_US, metavar="US[,US...]",

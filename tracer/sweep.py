@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from .hooks import libraries_first, pinned_builds
 from .record import trace_env
@@ -106,14 +107,16 @@ class CellResult:
     traces: list = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    devices: list = field(default_factory=list)  # what ran, where the cell learns it (a program's trace)
+    detail: dict = field(default_factory=dict)   # more of the cell for sweep.json (a program's command)
 
     def to_json(self) -> dict:
         c = self.cell
-        return {"pattern": c.pattern, "devices": list(c.devices()), "device_set": c.device_set.label,
+        return {"pattern": c.pattern, "devices": self.devices or list(c.devices()), "device_set": c.device_set.label,
                 "build": c.build, "buffer": c.buffer, "parallel": None if c.parallel < 0 else c.parallel,
                 "runs": self.runs, "wrong_runs": self.wrong_runs, "verdict": self.verdict, "races": self.races,
                 "profiles": self.profiles, "traces": self.traces, "error": self.error,
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2), **self.detail}
 
 
 # -- planning -------------------------------------------------------------------------------------
@@ -391,7 +394,7 @@ def _run_cell_guarded(cell: Cell, options: SweepOptions) -> CellResult:
 
 @dataclass
 class SweepResult:
-    options: SweepOptions
+    options: Any  # SweepOptions, or a program sweep's (sweep_program.ProgramSweepOptions)
     cells: list
     problems: list
     seconds: float

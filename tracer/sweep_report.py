@@ -6,10 +6,12 @@ listed until the limit, and the rest counted."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from .issue import code, text
 from .sweep import VERDICTS, CellResult, SweepResult
+from .sweep_program import ProgramSweepOptions
 
 GITHUB_LIMIT = 65_536
 PAGE_LIMIT = GITHUB_LIMIT - 4_096  # room for the closing lines
@@ -42,28 +44,20 @@ def markdown(result: SweepResult) -> str:
     columns = list(dict.fromkeys((c.cell.device_set.label, c.cell.build) for c in cells))
     patterns = list(dict.fromkeys(c.cell.pattern for c in cells))
     counts = {v: sum(c.verdict == v for c in cells) for v in VERDICTS}
-    o = result.options
-    lines = [
-        "# ggml-trace sweep",
-        "",
-        f"{len(cells)} cells: {counts['RED']} RED (a run's result differs from the CPU's), {counts['RACE']} RACE "
-        f"(results right, a race in the traces), {counts['GREEN']} GREEN"
-        + (f", {counts['ERROR']} ERROR" if counts["ERROR"] else "") + f"; {result.seconds:.0f} s.",
-        "",
-        f"Backend {code(o.backend)}, builds {', '.join(code(b) for b in o.builds)}"
-        + (" (quick: each device slowed once)" if o.quick else "")
-        + f"; a slowed device waits {o.slow_us:g} µs before each operation. Each table cell is the worst of its "
-        "buffer (pageable, pinned) × parallel (0, 1) cells, with how many had it.",
-        "",
-    ]
+    lines = ["# ggml-trace sweep", "",
+             f"{len(cells)} cells: {counts['RED']} RED ({_red_words(result)}), {counts['RACE']} RACE "
+             f"(results right, a race in the traces), {counts['GREEN']} GREEN"
+             + (f", {counts['ERROR']} ERROR" if counts["ERROR"] else "") + f"; {result.seconds:.0f} s.",
+             "", _how(result), ""]
     for p in result.problems:
         lines.append(f"- could not run: {text(p)}")
     if result.problems:
         lines.append("")
-    head = "| pattern | " + " | ".join(f"{text(ds)}<br>{text(b)}" for ds, b in columns) + " |"
+    rows = "configuration" if _is_program(result) else "pattern"
+    head = f"| {rows} | " + " | ".join(f"{text(ds)}<br>{text(b or 'its own ggml')}" for ds, b in columns) + " |"
     lines += [head, "|---" * (len(columns) + 1) + "|"]
     for p in patterns:
-        row = [code(p)]
+        row = [code(p, table=True)]
         for col in columns:
             group = [c for c in cells if c.cell.pattern == p and (c.cell.device_set.label, c.cell.build) == col]
             row.append(table_cell(group) if group else "–")
@@ -83,19 +77,53 @@ def markdown(result: SweepResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _is_program(result: SweepResult) -> bool:
+    return isinstance(result.options, ProgramSweepOptions)
+
+
+def _red_words(result: SweepResult) -> str:
+    return ("a run's output differs from its reference's, or the runs' from each other" if _is_program(result)
+            else "a run's result differs from the CPU's")
+
+
+def _how(result: SweepResult) -> str:
+    """How the cells were run, in a line."""
+    o = result.options
+    builds = ", ".join(code(b) for b in o.builds)
+    if _is_program(result):
+        return (f"Program {code(shlex.join(o.program), 600)}" + (f", builds {builds}" if builds else "")
+                + f"; each configuration diagnosed: {o.runs_per_cell} traced runs against a reference "
+                f"({'its arguments: ' + code(o.reference) if o.reference else 'on one device'}), the "
+                f"{o.max_races} most frequent race{'s' if o.max_races != 1 else ''} forced {o.force_runs} times. "
+                f"Each cell's folder under {code('cells/')} holds its ISSUE.md.")
+    return (f"Backend {code(o.backend)}, builds {builds}" + (" (quick: each device slowed once)" if o.quick else "")
+            + f"; a slowed device waits {o.slow_us:g} µs before each operation. Each table cell is the worst of its "
+            "buffer (pageable, pinned) × parallel (0, 1) cells, with how many had it.")
+
+
 def _finding_lines(c: CellResult) -> list[str]:
     cell = c.cell
     axes = _axes(c)
-    head = (f"- **{c.verdict}** {code(cell.pattern)} on {text(cell.device_set.label)} "
-            f"({text(', '.join(cell.devices()))}), {code(cell.build)}" + (f", {axes}" if axes else "")
+    devices = c.devices or cell.devices()
+    head = (f"- **{c.verdict}** {code(cell.pattern)} on {text(cell.device_set.label)}"
+            + (f" ({text(', '.join(devices))})" if devices else "") + f", {code(cell.build or 'its own ggml')}"
+            + (f", {axes}" if axes else "")
             + (f": {c.wrong_runs} of {c.runs} runs wrong" if c.verdict != "ERROR" else f": {text(c.error or '')}"))
     out = [head]
+    if c.detail.get("issue"):
+        out.append(f"  - its diagnosis: {code(c.detail['issue'], 300)}")
     if c.verdict == "RED" and not c.races:
-        out.append("  - no race in the traces: the wrong result has a cause the ordering model does not see")
+        if c.detail.get("outputs") == 1:  # a program's runs all printed one output, not the reference's
+            out.append("  - no race in the traces, and every run printed the same output: a difference that does not "
+                       "depend on timing (the numerics of another placement than the reference's, or a cause the "
+                       "ordering model does not see)")
+        else:
+            out.append("  - no race in the traces: the wrong result has a cause the ordering model does not see")
     for r in c.races[:4]:
         wrong = f", {len(r['wrong_runs'])} of them wrong" if r["wrong_runs"] else ""
+        forced = f"; forced: {text(r['forced'])}" if r.get("forced") else ""
         out.append(f"  - {text(r['class'])} ({text(r['verdict'])}, in {len(r['runs'])} run"
-                   f"{'s' if len(r['runs']) != 1 else ''}{wrong}): {text(r['missing'], 600)}")
+                   f"{'s' if len(r['runs']) != 1 else ''}{wrong}{forced}): {text(r['missing'], 600)}")
     if len(c.races) > 4:
         out.append(f"  - and {len(c.races) - 4} more races (sweep.json)")
     return out

@@ -46,7 +46,7 @@ TRACER_LAYERS = {
                 "vulkan_runs", "record_args", "sweep"],
     # the command line, and diagnose, which runs the others' work in one command and writes its report
     "command": ["cli", "cli_common", "cli_views", "cli_record", "cli_diagnose", "diagnose", "issue", "cli_sweep",
-                "sweep_report"],
+                "sweep_program", "sweep_report"],
 }
 # every layer, lowest first
 ORDER = ["format", "read", "recording", "frames", "judge", "show", "control", "command"]
