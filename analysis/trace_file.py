@@ -285,8 +285,9 @@ def parse_trace_bytes(data: np.ndarray, path: str, header: dict, strict: bool = 
         raw.warnings.append(msg)
         raw.damage.append(msg)
     # The writer trims unused chunks when it closes the file: any left mean it never closed. A ring
-    # has none to leave (it recycles them): its header says whether it was closed.
-    if header["file_flags"] & FILE_RING:
+    # has none to leave (it recycles them), nor a file that cannot shrink while mapped (Windows):
+    # their header says whether it was closed.
+    if header["file_flags"] & (FILE_RING | FILE_CLOSED):
         raw.closed = bool(header["file_flags"] & FILE_CLOSED)
     else:
         raw.closed = len(raw.chunks) + n_bad >= -(-n // SLOTS_PER_CHUNK)

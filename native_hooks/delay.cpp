@@ -1,8 +1,5 @@
 #include "delay.h"
 
-#include <dlfcn.h>
-#include <fnmatch.h>
-#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +14,7 @@
 #include "device_timing.h"
 #include "ggml_api.h"
 #include "observer_api.h"
+#include "platform.h"
 #include "registry.h"
 #include "trace_writer.h"
 
@@ -52,7 +50,7 @@ void resolve_ops() {
 
 // ---------------------------------------------------------------- tensor names
 
-bool name_matches(const ggml_tensor * t, const char * glob) { return t && fnmatch(glob, t->name, 0) == 0; }
+bool name_matches(const ggml_tensor * t, const char * glob) { return t && glob_match(glob, t->name); }
 
 bool graph_has_tensor(const void * ctx, const char * glob) {
     ggml_cgraph * graph = (ggml_cgraph *) ctx;
@@ -171,40 +169,33 @@ const int SPIN_SLOTS = 256;  // delays in flight per backend (each slot: start, 
 std::once_flag g_cuda_once;
 const unsigned CUDA_STREAM_NON_BLOCKING = 1;
 
-int find_loaded(struct dl_phdr_info * info, size_t, void * out) {
-    const char * name = info->dlpi_name;
-    if (name && (strstr(name, "libcudart.so") || strstr(name, "libggml-cuda.so"))) {
-        if (void * h = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) {
-            if (dlsym(h, "cudaLaunchHostFunc")) {
-                *(void **) out = h;
-                return 1;
-            }
-            dlclose(h);
-        }
-    }
-    return 0;
+template <typename F> void bind(const char * lib, F & fn, const char * name) {
+    fn = (F) g_os.loaded_symbol(lib, name);
 }
 
-template <typename F> void bind(void * lib, F & fn, const char * name) { fn = (F) dlsym(lib, name); }
-
 void resolve_cuda() {
-    // A backend library opened with RTLD_LOCAL keeps its runtime out of the global scope: then
-    // look for the runtime (or a static one inside ggml-cuda) among the loaded objects.
-    void * lib = RTLD_DEFAULT;  // (a null pointer)
-    bool found = dlsym(lib, "cudaLaunchHostFunc") != nullptr;
-    if (!found) {
-        found = dl_iterate_phdr(find_loaded, &lib) != 0;
+    // The runtime's entry points where they are global; else a backend library opened with
+    // RTLD_LOCAL keeps them to itself: the runtime, or a static one inside ggml-cuda.
+    const char * lib = nullptr;
+    for (const char * l : {(const char *) nullptr, "libcudart.so", "cudart64", "libggml-cuda.so", "ggml-cuda.dll"}) {
+        if (g_os.loaded_symbol(l, "cudaLaunchHostFunc")) {
+            lib = l ? l : "";
+            break;
+        }
     }
-    if (found) {
-        bind(lib, g_cuda.launch_host_func, "cudaLaunchHostFunc");
-        bind(lib, g_cuda.event_record, "cudaEventRecord");
-        bind(lib, g_cuda.stream_wait_event, "cudaStreamWaitEvent");
-        bind(lib, g_cuda.stream_create_with_flags, "cudaStreamCreateWithFlags");
-        bind(lib, g_cuda.error_string, "cudaGetErrorString");
-        bind(lib, g_cuda.host_alloc, "cudaHostAlloc");
+    if (lib) {
+        const char * in = *lib ? lib : nullptr;
+        bind(in, g_cuda.launch_host_func, "cudaLaunchHostFunc");
+        bind(in, g_cuda.event_record, "cudaEventRecord");
+        bind(in, g_cuda.stream_wait_event, "cudaStreamWaitEvent");
+        bind(in, g_cuda.stream_create_with_flags, "cudaStreamCreateWithFlags");
+        bind(in, g_cuda.error_string, "cudaGetErrorString");
+        bind(in, g_cuda.host_alloc, "cudaHostAlloc");
     }
     g_cuda.ok = g_cuda.launch_host_func && g_cuda.event_record && g_cuda.stream_wait_event && g_cuda.stream_create_with_flags;
-    if (void * drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) {
+    const char * drv = g_os.loaded_symbol("libcuda.so", "cuLaunchKernel") ? "libcuda.so"
+                     : g_os.loaded_symbol("nvcuda", "cuLaunchKernel") ? "nvcuda" : nullptr;
+    if (drv) {
         bind(drv, g_drv.ctx_get_current, "cuCtxGetCurrent");
         bind(drv, g_drv.ctx_push, "cuCtxPushCurrent_v2");
         bind(drv, g_drv.ctx_pop, "cuCtxPopCurrent_v2");

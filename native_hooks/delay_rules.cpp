@@ -1,7 +1,6 @@
 #include "delay_rules.h"
 
 #include <ctype.h>
-#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,62 @@
 #include "trace_format.h"
 
 namespace ggml_trace {
+
+namespace {
+
+// A bracket expression at `p` (just after its '['): whether it holds `c`, and where it ends (null
+// when unclosed: the '[' is then an ordinary character, as fnmatch takes it).
+const char * bracket(const char * p, char c, bool * hit) {
+    bool negate = *p == '!' || *p == '^';
+    p += negate;
+    bool in = false;
+    for (bool first = true; first || *p != ']'; first = false) {
+        if (!*p) return nullptr;
+        char lo = *p == '\\' && p[1] ? *++p : *p;
+        char hi = lo;
+        if (p[1] == '-' && p[2] && p[2] != ']') {
+            hi = p[2] == '\\' && p[3] ? p[3] : p[2];
+            p += p[2] == '\\' && p[3] ? 3 : 2;
+        }
+        in = in || ((unsigned char) c >= (unsigned char) lo && (unsigned char) c <= (unsigned char) hi);
+        p++;
+    }
+    *hit = in != negate;
+    return p + 1;
+}
+
+}  // namespace
+
+bool glob_match(const char * g, const char * s) {
+    const char * star_g = nullptr;  // the last '*' seen, and where its match would go on from
+    const char * star_s = nullptr;
+    while (*s) {
+        bool hit = false;
+        const char * next = nullptr;
+        if (*g == '*') {
+            star_g = ++g;
+            star_s = s;
+            continue;
+        }
+        if (*g == '?') {
+            hit = true, next = g + 1;
+        } else if (*g == '[' && (next = bracket(g + 1, *s, &hit))) {
+        } else if (*g) {
+            char lit = *g == '\\' && g[1] ? g[1] : *g;
+            hit = lit == *s;
+            next = g + (*g == '\\' && g[1] ? 2 : 1);
+        }
+        if (hit) {
+            g = next, s++;
+        } else if (star_g) {  // the last '*' takes one more character
+            g = star_g, s = ++star_s;
+        } else {
+            return false;
+        }
+    }
+    while (*g == '*') g++;
+    return !*g;
+}
 
 DelayRule g_delay_rules[MAX_DELAY_RULES];
 int g_delay_n_rules = 0;

@@ -22,12 +22,16 @@ struct DelayRule {
     int64_t graph_lo, graph_hi, split_lo, split_hi, nth_lo, nth_hi;  // inclusive; DELAY_ANY = any
     char op[32];             // ggml op name (upper case); "" = any
     int op_id;               // its enum ggml_op value, once resolved against the program's ggml
-    char tensor[96];         // fnmatch glob on a tensor name; "" = any
+    char tensor[96];         // glob on a tensor name (glob_match); "" = any
     uint64_t seed;
     bool random;             // rand:MAX: uniform in [0, us]
     double us;               // the delay, or the bound for rand
     std::atomic<uint64_t> matched;  // operations this rule selected so far (nth, rand draws)
 };
+
+// Whether `name` matches the shell-style `glob` as fnmatch(glob, name, 0) does: `*`, `?`,
+// `[a-z]`, `[!x]` (or `[^x]`), `\` escaping the next character. Ours: Windows has no fnmatch.
+bool glob_match(const char * glob, const char * name);
 
 // What the hooks know of an operation about to be enqueued.
 struct DelayQuery {

@@ -1,9 +1,9 @@
 #include "ggml_api.h"
 
-#include <dlfcn.h>
-#include <link.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "platform.h"
 
 namespace ggml_trace {
 
@@ -11,30 +11,7 @@ GgmlApi g_api;
 
 namespace {
 
-// Where the program's libggml-base lives, for processes that loaded it with RTLD_LOCAL
-// (Python's ctypes, for one), where RTLD_DEFAULT cannot see it.
-void * g_ggml_base = nullptr;
-
-int find_ggml_base(struct dl_phdr_info * info, size_t, void *) {
-    if (info->dlpi_name && strstr(info->dlpi_name, "libggml-base")) {
-        g_ggml_base = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
-        return g_ggml_base != nullptr;
-    }
-    return 0;
-}
-
-void * lookup(const char * name, bool next) {
-    void * p = dlsym(next ? RTLD_NEXT : RTLD_DEFAULT, name);
-    if (!p) {
-        if (!g_ggml_base) {
-            dl_iterate_phdr(find_ggml_base, nullptr);
-        }
-        if (g_ggml_base) {
-            p = dlsym(g_ggml_base, name);
-        }
-    }
-    return p;
-}
+void * lookup(const char * name, bool next) { return g_os.symbol(name, next); }
 
 template <typename T> bool need(T & fn, const char * name, bool next = false) {
     return resolve_symbol(fn, name, next, "tracing (the program runs untraced)");

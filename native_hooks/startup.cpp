@@ -1,10 +1,11 @@
 #include "startup.h"
 
-#include <fcntl.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include <filesystem>
 
 #include <mutex>
 
@@ -14,6 +15,7 @@
 #include "device_timing.h"
 #include "host_writes.h"
 #include "ggml_api.h"
+#include "platform.h"
 #include "trace_writer.h"
 
 #ifndef GGML_TRACE_HOOKS_BUILD
@@ -30,7 +32,7 @@ size_t program_env(char * buf, size_t cap) {
     static const char * prefixes[] = {"GGML_", "LLAMA_", "CUDA_", "HIP_", "VK_", "OMP_", "OPENBLAS_", "MESA_", "LP_"};
     static const char * skip[] = {"GGML_TRACE_OUTPUT=", "GGML_TRACE_DELAY="};
     size_t len = 0;
-    for (char ** e = environ; *e; e++) {
+    for (char ** e = g_os.environment(); e && *e; e++) {
         bool keep = false;
         for (const char * p : prefixes) keep = keep || strncmp(*e, p, strlen(p)) == 0;
         for (const char * p : skip) keep = keep && strncmp(*e, p, strlen(p)) != 0;
@@ -45,27 +47,24 @@ size_t program_env(char * buf, size_t cap) {
 
 void write_process_meta() {
     char buf[1 << 16];
-    int fd = open("/proc/self/cmdline", O_RDONLY);
-    if (fd >= 0) {
-        ssize_t n = read(fd, buf, sizeof(buf));
-        close(fd);
-        if (n > 0) {
-            write_meta("cmdline", buf, (size_t) n);  // NUL-separated argv
-        }
+    if (size_t n = g_os.command_line(buf, sizeof(buf))) {
+        write_meta("cmdline", buf, n);  // NUL-separated argv
     }
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n > 0) {
-        write_meta("exe", buf, (size_t) n);
+    if (size_t n = g_os.executable(buf, sizeof(buf))) {
+        write_meta("exe", buf, n);
     }
-    if (getcwd(buf, sizeof(buf))) {
-        write_meta("cwd", buf, strlen(buf));
+    std::error_code ec;
+    std::string cwd = std::filesystem::current_path(ec).string();
+    if (!ec) {
+        write_meta("cwd", cwd.data(), cwd.size());
     }
     write_meta("env", buf, program_env(buf, sizeof(buf)));
-    snprintf(buf, sizeof(buf), "%d", (int) getpid());
+    snprintf(buf, sizeof(buf), "%u", (unsigned) g_os.process_id());
     write_meta("pid", buf, strlen(buf));
-    if (gethostname(buf, sizeof(buf)) == 0) {
-        write_meta("hostname", buf, strnlen(buf, sizeof(buf)));
+    if (size_t n = g_os.host_name(buf, sizeof(buf))) {
+        write_meta("hostname", buf, n);
     }
+    write_meta("platform", g_os.name, strlen(g_os.name));
     write_meta("hooks_build", GGML_TRACE_HOOKS_BUILD, strlen(GGML_TRACE_HOOKS_BUILD));
     snprintf(buf, sizeof(buf), "%d", GGML_BACKEND_API_VERSION);
     write_meta("backend_api_version", buf, strlen(buf));
@@ -125,12 +124,13 @@ RingConfig ring_config() {
 // took that name (a program that starts another traced program), this one writes NAME.PID.
 bool open_output(const char * path) {
     char alt[4200];
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int err = 0;
+    intptr_t fd = g_os.file_create(path, true, &err);
     if (fd < 0) {
-        snprintf(alt, sizeof(alt), "%s.%d", path, (int) getpid());
+        snprintf(alt, sizeof(alt), "%s.%u", path, (unsigned) g_os.process_id());
         path = alt;
     } else {
-        close(fd);
+        g_os.file_close(fd);
     }
     return writer_open(path, GGML_TRACE_HOOKS_BUILD, GGML_BACKEND_API_VERSION, ring_config());
 }

@@ -1,21 +1,9 @@
 #include "trace_writer.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/vfs.h>
-#include <linux/magic.h>
-#include <unistd.h>
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older C libraries lack the name
-#endif
-
 #include <stddef.h>
 
 #include <algorithm>
@@ -23,6 +11,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+
+#include "platform.h"
 
 namespace ggml_trace {
 
@@ -65,8 +55,7 @@ struct Ring {
 };
 
 struct Writer {
-    int fd = -1;
-    bool on_tmpfs = false;  // how a new segment's pages are best mapped writable (map_for_writing)
+    intptr_t fd = -1;
     const FileHeader * header = nullptr;  // the file's header page, mapped: a snapshot's hold request
     char path[4096] = {0};
     std::atomic<uint64_t> next_chunk{0};
@@ -84,7 +73,7 @@ struct Writer {
     uint64_t claimed_segments = 0;      // segments a thread has started to grow
     int growing = 0;                    // segments being grown now
     std::atomic<bool> grow_failed{false};  // the disk is full, or mmap failed: tracing stops
-    pid_t pid = 0;
+    uint32_t pid = 0;
     std::atomic<uint64_t> last_sync_ticks{0};
     uint64_t sync_interval_ticks = 0;
     double ns_per_tick = 1.0;
@@ -113,48 +102,6 @@ struct RingRelease {
 };
 thread_local RingRelease t_ring_release;
 
-int write_zeros(int fd, off_t off, uint64_t len) {
-    static uint8_t zeros[64 << 10];  // never written; not const, so it is .bss, not 64 KiB of the library
-    while (len > 0) {
-        ssize_t n = pwrite(fd, zeros, std::min<uint64_t>(len, sizeof(zeros)), off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return n < 0 ? errno : ENOSPC;
-        off += n;
-        len -= (uint64_t) n;
-    }
-    return 0;
-}
-
-// Maps a segment (its pages already in the page cache) with every page writable before any
-// writer reaches it: the faults are taken here, not on the writers' hot path.
-//  - tmpfs tracks no dirty pages: MAP_POPULATE maps its pages writable at once.
-//  - Elsewhere a page is mapped read-only until its first write, for dirty tracking, and
-//    MAP_POPULATE would leave a write fault a page. MADV_POPULATE_WRITE (Linux 5.14) takes them
-//    in one call instead, a folio at a time where the file system has large folios (ext4 since
-//    6.16): 4.1-4.3 GB/s of new file on this VM's ext4, against 1.8 with MAP_POPULATE and a
-//    fault a page (on tmpfs, 2.2-2.4 GB/s with MAP_POPULATE, 1.9 with POPULATE_WRITE).
-uint8_t * map_for_writing(off_t off) {
-    int flags = MAP_SHARED | (g_writer.on_tmpfs ? MAP_POPULATE : 0);
-    void * p = mmap(nullptr, SEGMENT_BYTES, PROT_READ | PROT_WRITE, flags, g_writer.fd, off);
-    if (p == MAP_FAILED) {
-        return nullptr;
-    }
-    uint8_t * seg = (uint8_t *) p;
-    if (g_writer.on_tmpfs || madvise(seg, SEGMENT_BYTES, MADV_POPULATE_WRITE) == 0) {
-        return seg;
-    }
-    if (errno != EINVAL) {
-        int err = errno;  // a page that cannot be written (no space, say): fail here, not in a writer
-        munmap(seg, SEGMENT_BYTES);
-        errno = err;
-        return nullptr;
-    }
-    for (uint64_t i = 0; i < SEGMENT_BYTES; i += 4096) {  // kernels before 5.14: a fault a page
-        __atomic_store_n(seg + i + 4095, (uint8_t) 0, __ATOMIC_RELAXED);
-    }
-    return seg;
-}
-
 // Tracing stops: the file cannot grow (said once), and writers waiting for a segment go on
 // without one. grow_mutex held.
 void growth_failed(int err) {
@@ -167,15 +114,15 @@ void growth_failed(int err) {
 // Claims the next segment to grow (grow_mutex held), or returns NO_SEGMENT when the file must not
 // grow: closed (and maybe trimmed), failed, or full. The file's size takes in the whole segment
 // here, before its zeros are written: claimed in order under the lock, the size only grows, and a
-// reader of the live file never sees it end inside a chunk (pwrite moves it a page at a time).
+// reader of the live file never sees it end inside a chunk (zeros are written a page at a time).
 uint64_t claim_segment() {
     if (!g_writer.open.load(std::memory_order_acquire) || g_writer.grow_failed.load() ||
         g_writer.claimed_segments >= MAX_SEGMENTS) {
         return NO_SEGMENT;
     }
     uint64_t n = g_writer.claimed_segments;
-    if (ftruncate(g_writer.fd, (off_t) (HEADER_SIZE + (n + 1) * SEGMENT_BYTES)) != 0) {
-        growth_failed(errno);
+    if (int err = g_os.file_set_size(g_writer.fd, HEADER_SIZE + (n + 1) * SEGMENT_BYTES)) {
+        growth_failed(err);
         return NO_SEGMENT;
     }
     g_writer.growing++;
@@ -186,12 +133,10 @@ uint64_t claim_segment() {
 // Grows the file over segment `n` and maps it (no lock held: threads grow segments side by side),
 // then publishes it. `mapped_segments` counts the segments mapped without a gap below them.
 void grow_claimed(uint64_t n) {
-    off_t off = (off_t) (HEADER_SIZE + n * SEGMENT_BYTES);
-    // Zeros written, not left sparse: a sparse file would SIGBUS the writer when the disk fills
-    // up. Written rather than fallocated: the kernel then provisions the page cache in bulk, ~1.4x
-    // faster than page by page through the mapping's faults.
-    int err = write_zeros(g_writer.fd, off, SEGMENT_BYTES);
-    uint8_t * p = err == 0 ? map_for_writing(off) : nullptr;
+    uint64_t off = HEADER_SIZE + n * SEGMENT_BYTES;
+    // zeros written, not left sparse (platform.h): a full disk fails the growth, not a writer
+    int err = g_os.file_zero(g_writer.fd, off, SEGMENT_BYTES);
+    uint8_t * p = err == 0 ? g_os.file_map(g_writer.fd, off, SEGMENT_BYTES) : nullptr;
     if (p == nullptr) {
         err = err != 0 ? err : errno;
     }
@@ -219,15 +164,10 @@ bool segment_settled(uint64_t seg) {
 
 // A grow thread: grows the next wanted segment, side by side with the other grow threads.
 void grow_ahead_main() {
-    pthread_setname_np(pthread_self(), "ggml-trace grow");
-    // SCHED_IDLE: growth runs on CPU time the program leaves idle, and a writer that has caught
-    // up leaves its own while it waits. Not nice 19: the scheduler counts a CPU running only
-    // SCHED_IDLE threads as idle when it places a thread that wakes up, not one running a nice
-    // one, so the program's threads woke up behind other busy threads: on 2 cores a virtual
-    // device's worker started a queued copy 2.3 ms late in 14 of 60 runs (tests/test_force.py).
-    // (At the default priority two grow threads stretched 1,000-event bursts to 1.7 ms.)
-    sched_param idle{};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+    g_os.set_thread_name("ggml-trace grow");
+    // Idle priority (platform.h): at the default priority two grow threads stretched 1,000-event
+    // bursts to 1.7 ms, and a nice one delayed the program's wake-ups.
+    g_os.set_thread_idle();
     for (;;) {
         uint64_t n;
         {
@@ -281,7 +221,7 @@ void request_ahead(uint64_t chunk_index) {
     g_writer.grow_cv.notify_all();
 }
 
-bool writing() { return g_writer.open.load(std::memory_order_acquire) && g_writer.pid == getpid(); }
+bool writing() { return g_writer.open.load(std::memory_order_acquire) && g_writer.pid == g_os.process_id(); }
 
 // A new position at the end of the file (grown and mapped as needed), or NO_CHUNK.
 uint64_t new_position() {
@@ -502,9 +442,10 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     if (g_writer.open.load()) {
         return true;
     }
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int err = 0;
+    intptr_t fd = g_os.file_create(path, false, &err);
     if (fd < 0) {
-        fprintf(stderr, "ggml-trace: cannot create trace file %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "ggml-trace: cannot create trace file %s: %s\n", path, strerror(err));
         return false;
     }
     FileHeader h;
@@ -528,7 +469,7 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     h.ns_per_tick = p1.ticks > p0.ticks ? (double) (p1.ns - p0.ns) / (double) (p1.ticks - p0.ticks) : 1.0;
     g_writer.sync_interval_ticks = (uint64_t) (50e6 / h.ns_per_tick);
     g_writer.ns_per_tick = h.ns_per_tick;
-    h.pid = (uint32_t) getpid();
+    h.pid = g_os.process_id();
     h.backend_api_version = api_version;
     snprintf(h.hooks_build, sizeof(h.hooks_build), "%s", hooks_build);
     if (ring.keep_ns > 0 || ring.max_bytes > 0) {
@@ -552,22 +493,19 @@ bool writer_open(const char * path, const char * hooks_build, uint32_t api_versi
     char page[HEADER_SIZE];
     memset(page, 0, sizeof(page));
     memcpy(page, &h, sizeof(h));
-    if (pwrite(fd, page, sizeof(page), 0) != (ssize_t) sizeof(page)) {
-        fprintf(stderr, "ggml-trace: cannot write trace header to %s: %s\n", path, strerror(errno));
-        close(fd);
+    if ((err = g_os.file_write(fd, page, sizeof(page), 0))) {
+        fprintf(stderr, "ggml-trace: cannot write trace header to %s: %s\n", path, strerror(err));
+        g_os.file_close(fd);
         return false;
     }
     g_writer.fd = fd;
-    struct statfs fs;
-    g_writer.on_tmpfs = fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
     if (g_writer.ring.on) {
-        void * page = mmap(nullptr, HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-        g_writer.header = page == MAP_FAILED ? nullptr : (const FileHeader *) page;
+        g_writer.header = (const FileHeader *) g_os.file_map_read(fd, HEADER_SIZE);
     }
     snprintf(g_writer.path, sizeof(g_writer.path), "%s", path);
-    g_writer.pid = getpid();
+    g_writer.pid = g_os.process_id();
     static std::once_flag atfork_once;
-    std::call_once(atfork_once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
+    std::call_once(atfork_once, [] { g_os.on_fork_child(after_fork_in_child); });
     g_writer.open.store(true, std::memory_order_release);
     for (int i = 0; i < GROW_THREADS; i++) {
         std::thread(grow_ahead_main).detach();  // they end when the writer closes
@@ -606,11 +544,11 @@ void maybe_clock_sync(uint64_t now) {
 }
 
 void writer_close() {
-    if (g_writer.pid == getpid() && g_writer.open.load()) {
+    if (g_writer.pid == g_os.process_id() && g_writer.open.load()) {
         g_writer.last_sync_ticks.store(0);
         maybe_clock_sync();  // a last calibration point at the end of the run
     }
-    if (!g_writer.open.exchange(false) || g_writer.pid != getpid()) {
+    if (!g_writer.open.exchange(false) || g_writer.pid != g_os.process_id()) {
         return;
     }
     // Poison the chunk counter: a thread still running gets no new chunk, and every chunk handed
@@ -621,19 +559,25 @@ void writer_close() {
     std::unique_lock<std::mutex> grow_lock(g_writer.grow_mutex);
     g_writer.grow_cv.notify_all();
     g_writer.grown_cv.notify_all();
-    g_writer.grown_cv.wait(grow_lock, [] { return g_writer.growing == 0; });
+    // (Where a process's other threads are ended before its exit handlers run, Windows, a grow
+    // thread ended mid-growth never says it is done: its segment, never mapped, is not counted.)
+    if (!g_os.exit_ends_threads) {
+        g_writer.grown_cv.wait(grow_lock, [] { return g_writer.growing == 0; });
+    }
     uint64_t mapped = g_writer.mapped_segments.load() * CHUNKS_PER_SEGMENT;
     if (used > mapped) {
         used = mapped;
     }
-    if (ftruncate(g_writer.fd, (off_t) (HEADER_SIZE + used * CHUNK_SIZE)) != 0) {
-        fprintf(stderr, "ggml-trace: could not trim %s: %s\n", g_writer.path, strerror(errno));
+    int err = g_os.file_trim(g_writer.fd, HEADER_SIZE + used * CHUNK_SIZE);
+    if (err && err != ENOTSUP) {
+        fprintf(stderr, "ggml-trace: could not trim %s: %s\n", g_writer.path, strerror(err));
     }
-    if (g_writer.ring.on) {
-        // A ring has no unused chunks to tell that it was closed: its header says so.
-        uint32_t flags = FILE_RING | FILE_CLOSED;
-        if (pwrite(g_writer.fd, &flags, sizeof(flags), offsetof(FileHeader, file_flags)) != (ssize_t) sizeof(flags)) {
-            fprintf(stderr, "ggml-trace: could not mark %s closed: %s\n", g_writer.path, strerror(errno));
+    // A ring has no unused chunks to tell that it was closed, nor a file that could not shrink
+    // while mapped (Windows): the header says so.
+    if (g_writer.ring.on || err == ENOTSUP) {
+        uint32_t flags = (g_writer.ring.on ? FILE_RING : 0) | FILE_CLOSED;
+        if ((err = g_os.file_write(g_writer.fd, &flags, sizeof(flags), offsetof(FileHeader, file_flags)))) {
+            fprintf(stderr, "ggml-trace: could not mark %s closed: %s\n", g_writer.path, strerror(err));
         }
     }
 }
@@ -652,7 +596,7 @@ const char * writer_path() { return g_writer.path; }
 void writer_flush() {
     uint64_t n = g_writer.mapped_segments.load(std::memory_order_acquire);
     for (uint64_t i = 0; i < n; i++) {
-        msync(g_writer.segments[i].load(), SEGMENT_BYTES, MS_ASYNC);
+        g_os.file_flush(g_writer.segments[i].load(), SEGMENT_BYTES);
     }
 }
 
@@ -661,12 +605,12 @@ uint32_t thread_index() {
     if (ts.thread == NONE32) {
         ts.thread = g_writer.next_thread.fetch_add(1);
         char name[64] = {0};
-        pthread_getname_np(pthread_self(), name, sizeof(name));
+        g_os.thread_name(name, sizeof(name));
         uint64_t name_id = intern(name);
         emit_kept_record<ThreadRec>(REC_THREAD, [&](ThreadRec & r) {
             r.thread = ts.thread;
             r.t = now_ticks();
-            r.os_tid = (uint64_t) syscall(SYS_gettid);
+            r.os_tid = g_os.thread_id();
             r.name = name_id;
         });
     }

@@ -44,6 +44,10 @@ template <typename F> F real(F & cache, const char * name) {
 
 }  // namespace
 
+// Windows, where no entry point is interposed by name: the hooks call this while ggml loads its
+// backends (inject_windows.cpp), before the program enumerates them.
+extern "C" void ggml_trace_vdev_setup() { vdev_once(); }
+
 // The program's enumeration of ggml's devices and registries: the virtual devices register first.
 #define GGML_TRACE_ENUMERATION(ret, name, params, args)       \
     extern "C" ret name params {                              \

@@ -30,6 +30,7 @@
 #include "ggml-backend-impl.h"
 #include "ggml-impl.h"
 #include "ggml_api.h"
+#include "platform.h"
 #include "vdev_stream.h"
 
 namespace ggml_trace {
@@ -248,7 +249,7 @@ struct BufferCtx {
 
 void buf_free(ggml_backend_buffer_t b) {
     BufferCtx * c = (BufferCtx *) b->context;
-    free(c->data);
+    g_os.aligned_free(c->data);
     delete c;
 }
 void * buf_get_base(ggml_backend_buffer_t b) { return ((BufferCtx *) b->context)->data; }
@@ -282,7 +283,7 @@ const char * buft_get_name(ggml_backend_buffer_type_t buft) {
 
 ggml_backend_buffer_t buft_alloc(ggml_backend_buffer_type_t buft, size_t size) {
     BufferCtx * c = new BufferCtx{nullptr, size};
-    if (posix_memalign(&c->data, 64, size ? size : 64) != 0) {
+    if (!(c->data = g_os.aligned_alloc(64, size ? size : 64))) {
         delete c;
         return nullptr;
     }

@@ -194,7 +194,13 @@ ggml_tensor * pipeline_input_reuse(Scenario & s, std::mt19937 & rng) {
 // takes precedence; builds before API 3 have no dependencies, so the placement is the first one.
 //   x -> [CPU] h = 2x -> [VDEV0] a = 3h, b = a/2 + 1, c = b/4 (h kept until c), out = cont(c)
 ggml_tensor * alloc_dep(Scenario & s, std::mt19937 & rng) {
-    setenv("GGML_TRACE_VDEV_ALLOC_DEPS", "VDEV0#h#0>c", 0);  // read by VDEV0 when the graph is allocated
+    if (!getenv("GGML_TRACE_VDEV_ALLOC_DEPS")) {  // read by VDEV0 when the graph is allocated
+#ifdef _WIN32
+        _putenv("GGML_TRACE_VDEV_ALLOC_DEPS=VDEV0#h#0>c");
+#else
+        setenv("GGML_TRACE_VDEV_ALLOC_DEPS", "VDEV0#h#0>c", 0);
+#endif
+    }
     ggml_tensor * x = s.input("x", rng);
     ggml_tensor * h = s.on(s.cpu, ggml_scale(s.ctx, x, 2.0f), "h");
     ggml_tensor * a = s.on(s.dev(0), ggml_scale(s.ctx, h, 3.0f), "a");
@@ -667,6 +673,10 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed, int layers = MLP_L, 
 }  // namespace
 
 int main(int argc, char ** argv) {
+#ifdef _WIN32
+    // As llama.cpp's programs do: on Windows this is how the hooks come in (GGML_BACKEND_PATH).
+    ggml_backend_load_all();
+#endif
     if (argc < 2) {
         fprintf(stderr, "usage: %s NAME [--cpu-only] [--seed S]\nscenarios:", argv[0]);
         for (const Entry & e : SCENARIOS) fprintf(stderr, " %s", e.name);
