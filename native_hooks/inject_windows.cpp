@@ -113,6 +113,25 @@ void load_virtual_devices() {
     setup();
 }
 
+// A crash: the trace on disk already holds every record written (the file's mapped pages outlive
+// the process), so the program ends at once with the exception's code as its exit status, as
+// Windows reports a crash, after any filter the program set has passed on it. (Under Wine the
+// default would start its debugger and end the program with status 0.)
+LPTOP_LEVEL_EXCEPTION_FILTER g_program_filter = nullptr;
+
+LONG WINAPI on_crash(EXCEPTION_POINTERS * e) {
+    if (g_program_filter) {
+        LONG r = g_program_filter(e);
+        if (r != EXCEPTION_CONTINUE_SEARCH) return r;
+    }
+    DWORD code = e->ExceptionRecord->ExceptionCode;
+    fprintf(stderr, "ggml-trace: the program crashed (exception 0x%08lX at %p); its trace keeps what it recorded\n",
+            (unsigned long) code, e->ExceptionRecord->ExceptionAddress);
+    fflush(stderr);
+    TerminateProcess(GetCurrentProcess(), code);
+    return EXCEPTION_EXECUTE_HANDLER;
+}
+
 const char * reg_name(ggml_backend_reg_t) { return "ggml-trace"; }
 size_t reg_dev_count(ggml_backend_reg_t) { return 0; }
 ggml_backend_dev_t reg_dev_get(ggml_backend_reg_t, size_t) { return nullptr; }
@@ -135,6 +154,7 @@ extern "C" __declspec(dllexport) ggml_backend_reg_t ggml_backend_init(void) {
             fprintf(stderr, "ggml-trace: no module of this program calls ggml-base.dll's scheduler; nothing traced\n");
         }
         load_virtual_devices();
+        g_program_filter = SetUnhandledExceptionFilter(on_crash);
     }
     return &reg;
 }

@@ -10,7 +10,6 @@ namespace ggml_trace {
 
 struct Platform {
     const char * name;  // "linux", "windows": recorded in every trace (META platform)
-    bool exit_ends_threads;  // the program's other threads are gone when its exit handlers run
 
     // The trace file, as a handle (a descriptor, a HANDLE); -1 when none. Errors are errno values.
     intptr_t (*file_create)(const char * path, bool exclusive, int * err);  // truncated; exclusive: fails if it exists
@@ -34,6 +33,9 @@ struct Platform {
     void (*set_thread_name)(const char * name);
     void (*set_thread_idle)();  // runs on CPU time the program leaves idle
     void (*on_fork_child)(void (*fn)());  // called in a forked child (no fork on Windows)
+    // The process is ending and its other threads are gone (Windows ends them before its DLLs'
+    // exit handlers run; a lock one of them held stays held): nothing may wait for them now.
+    bool (*exiting)();
 
     // A symbol of the program's ggml (or llama.cpp); `next`: not the hooks' own, the real entry
     // point behind an interposed one.

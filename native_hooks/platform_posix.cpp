@@ -132,6 +132,8 @@ void set_thread_idle() {
 
 void on_fork_child(void (*fn)()) { pthread_atfork(nullptr, nullptr, fn); }
 
+bool exiting() { return false; }  // exit handlers run while the other threads still do
+
 // Where the program's libggml-base lives, for processes that loaded it with RTLD_LOCAL (Python's
 // ctypes, for one), where RTLD_DEFAULT cannot see it.
 void * g_ggml_base = nullptr;
@@ -213,9 +215,9 @@ void * aligned_alloc_(size_t alignment, size_t size) {
 }  // namespace
 
 const Platform g_os = {
-    "linux", false,
+    "linux",
     file_create, file_write, file_set_size, file_zero, file_map, file_map_read, file_flush, file_trim, file_close,
-    process_id, thread_id, thread_name, set_thread_name, set_thread_idle, on_fork_child,
+    process_id, thread_id, thread_name, set_thread_name, set_thread_idle, on_fork_child, exiting,
     symbol, loaded_symbol,
     command_line, executable, host_name, environment, aligned_alloc_, free,
 };

@@ -148,6 +148,12 @@ void set_thread_idle() { SetThreadPriority(GetCurrentThread(), THREAD_PRIORITY_I
 
 void on_fork_child(void (*)()) {}  // no fork
 
+bool exiting() {
+    static auto in_progress = (BOOLEAN (NTAPI *)()) (void *) GetProcAddress(GetModuleHandleA("ntdll.dll"),
+                                                                           "RtlDllShutdownInProgress");
+    return in_progress && in_progress();
+}
+
 HMODULE self_module() {
     HMODULE m = nullptr;
     GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
@@ -215,9 +221,9 @@ void * aligned_alloc_(size_t alignment, size_t size) { return _aligned_malloc(si
 }  // namespace
 
 const Platform g_os = {
-    "windows", true,
+    "windows",
     file_create, file_write, file_set_size, file_zero, file_map, file_map_read, file_flush, file_trim, file_close,
-    process_id, thread_id, thread_name, set_thread_name, set_thread_idle, on_fork_child,
+    process_id, thread_id, thread_name, set_thread_name, set_thread_idle, on_fork_child, exiting,
     symbol, loaded_symbol,
     command_line, executable, host_name, environment, aligned_alloc_, _aligned_free,
 };

@@ -191,7 +191,7 @@ bool wait_for_segment(uint64_t seg) {
     if (seg < g_writer.mapped_segments.load(std::memory_order_acquire)) {
         return true;
     }
-    if (seg >= MAX_SEGMENTS) {
+    if (seg >= MAX_SEGMENTS || g_os.exiting()) {  // exiting: no grow thread is left to wait for
         return false;
     }
     std::unique_lock<std::mutex> lock(g_writer.grow_mutex);
@@ -544,7 +544,8 @@ void maybe_clock_sync(uint64_t now) {
 }
 
 void writer_close() {
-    if (g_writer.pid == g_os.process_id() && g_writer.open.load()) {
+    bool exiting = g_os.exiting();
+    if (g_writer.pid == g_os.process_id() && g_writer.open.load() && !exiting) {
         g_writer.last_sync_ticks.store(0);
         maybe_clock_sync();  // a last calibration point at the end of the run
     }
@@ -555,13 +556,13 @@ void writer_close() {
     // out so far lies below `used`, so trimming the file cannot pull pages from under a writer.
     uint64_t used = g_writer.next_chunk.fetch_add(CLOSED);
     // Growths under way finish first (they must not extend the file after the trim); later ones
-    // see the writer closed.
-    std::unique_lock<std::mutex> grow_lock(g_writer.grow_mutex);
-    g_writer.grow_cv.notify_all();
-    g_writer.grown_cv.notify_all();
-    // (Where a process's other threads are ended before its exit handlers run, Windows, a grow
-    // thread ended mid-growth never says it is done: its segment, never mapped, is not counted.)
-    if (!g_os.exit_ends_threads) {
+    // see the writer closed. Exiting (Windows), the grow threads are gone, maybe holding the lock:
+    // a growth they left unfinished never maps its segment, which is not counted.
+    std::unique_lock<std::mutex> grow_lock(g_writer.grow_mutex, std::defer_lock);
+    if (!exiting) {
+        grow_lock.lock();
+        g_writer.grow_cv.notify_all();
+        g_writer.grown_cv.notify_all();
         g_writer.grown_cv.wait(grow_lock, [] { return g_writer.growing == 0; });
     }
     uint64_t mapped = g_writer.mapped_segments.load() * CHUNKS_PER_SEGMENT;

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from . import windows
+
 HOOKS_NAME = "libggml-trace-hooks.so"
 VDEV_NAME = "libggml-trace-vdev.so"  # the virtual devices, beside the hooks (--virtual-devices)
 NAMED = "named builds"  # registry key: {name: bin folder}
@@ -120,7 +122,7 @@ def ggml_dir_to_load(program: str, build: str):
     (a patched build of the same sources, such as b11434-ppfix): the program must load that one for
     the trace to be of that build. None when the program already loads it, or the build has none."""
     d = pinned_builds().get(build)
-    if d is None or not (d / "libggml-base.so").exists():
+    if windows.is_windows_program(program) or d is None or not (d / "libggml-base.so").exists():
         return None
     own = ggml_base_of(program)
     return None if own is not None and own == (d / "libggml-base.so").resolve() else d
@@ -132,14 +134,34 @@ def ggml_program(cmd: list) -> str:
     `env A=B PROG`, `taskset -c 0 PROG`, `numactl ... PROG`, `timeout 300 PROG`). The command itself
     when none is (a script: pass --build or --hooks)."""
     for arg in cmd:
+        if windows.is_windows_program(arg):  # `wine64 PROG.exe`, or PROG.exe on Windows
+            return arg
         exe = shutil.which(arg) if "/" not in arg else (arg if os.access(arg, os.X_OK) else None)
         if exe and os.path.isfile(exe) and ggml_base_of(exe) is not None:
             return arg
     return cmd[0]
 
 
+def _windows_hooks_for(program: str, build: str | None) -> Path:
+    """A Windows program's hooks: the pinned build's Windows tree (`make setup`: build/win/), else
+    beside the program."""
+    if build:
+        pinned = build_root() / "win" / f"llama-{build}" / "bin" / windows.HOOKS_DLL
+        if not pinned.exists():
+            raise HooksNotFound(f"no Windows build {build!r} with hooks at {pinned.parent} (make setup builds "
+                                "b10524, b10531 and b11434; docs/windows.md)")
+        return pinned
+    hooks = windows.hooks_beside(program)
+    if hooks is None:
+        raise HooksNotFound(f"no {windows.HOOKS_DLL} beside {program}: put the hooks built for its ggml there, "
+                            "or pass --hooks (docs/windows.md)")
+    return hooks
+
+
 def hooks_for(program: str, build: str | None = None) -> Path:
     """The hook library for `program` (or for the pinned `build`, e.g. 'b10531')."""
+    if windows.is_windows_program(program):
+        return _windows_hooks_for(program, build)
     if build:
         builds = pinned_builds()
         if build not in builds:

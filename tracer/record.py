@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import delay_spec
+from . import delay_spec, windows
 from .hooks import HooksNotFound, VDEV_NAME
 from .nvml import NvmlSampler, gpu_metadata
 
@@ -29,6 +29,8 @@ class Recording:
     def describe_exit(self) -> str:
         if self.timed_out:
             return "hung: killed at the time limit"
+        if windows.exception_name(self.returncode):  # a Windows program's crash: its exception's code
+            return f"crashed: {windows.exception_name(self.returncode)}"
         if self.returncode >= 0:
             return f"exit status {self.returncode}"
         try:
@@ -109,10 +111,13 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays
         env[delay_spec.ENV] = delay_spec.env_value(delays)
     elif env.get(delay_spec.ENV):
         delay_spec.parse([env[delay_spec.ENV]])
-    preload = [str(hooks)] + virtual_devices_library(hooks, env)
-    preload += [p for p in env.get("LD_PRELOAD", "").split(":") if p]
-    env["LD_PRELOAD"] = ":".join(preload)
-    env["GGML_TRACE_OUTPUT"] = str(output)
+    if windows.is_windows_hooks(hooks):  # ggml's backend loader brings them in; they load the virtual devices
+        env.update(windows.injection_env(hooks, output))
+    else:
+        preload = [str(hooks)] + virtual_devices_library(hooks, env)
+        preload += [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+        env["LD_PRELOAD"] = ":".join(preload)
+        env["GGML_TRACE_OUTPUT"] = str(output)
     if paused:
         env["GGML_TRACE_START_PAUSED"] = "1"
     return env

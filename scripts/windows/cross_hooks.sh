@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cross_hooks.sh SRC BIN NAME: the hooks (ggml-trace-hooks.dll), the virtual devices
-# (ggml-trace-vdev.dll) and the scenario program (ggml-trace-scenarios.exe) built for Windows with
+# (ggml-trace-vdev.dll), the scenario program (ggml-trace-scenarios.exe) and the capture tests'
+# sched-loop.exe built for Windows with
 # MinGW-w64 against the llama.cpp tree SRC, beside the Windows ggml in BIN (cross_ggml.sh's), as
 # build NAME (docs/windows.md).
 set -euo pipefail
@@ -11,4 +12,5 @@ cmake -S "$root" -B "$work" -DCMAKE_TOOLCHAIN_FILE="$here/mingw-w64.cmake" -DCMA
   -DGGML_SOURCE_DIR="$src" -DGGML_TRACE_BUILD_NAME="$name" -DGGML_LIB_DIR="$bin" -DGGML_TRACE_NO_CUPTI=ON \
   > "$work.configure.log" 2>&1 || { tail -30 "$work.configure.log"; exit 1; }
 cmake --build "$work" -j "${JOBS:-2}" > "$work.build.log" 2>&1 || { tail -40 "$work.build.log"; exit 1; }
-cp -f "$work"/ggml-trace-hooks.dll "$work"/ggml-trace-vdev.dll "$work"/ggml-trace-scenarios.exe "$bin/"
+cp -f "$work"/ggml-trace-hooks.dll "$work"/ggml-trace-vdev.dll "$work"/ggml-trace-scenarios.exe "$work"/sched-loop.exe \
+  "$bin/"

@@ -16,6 +16,9 @@
 #include "ggml.h"
 
 int main(int argc, char ** argv) {
+#ifdef _WIN32
+    ggml_backend_load_all();  // as llama.cpp's programs do: on Windows the hooks come in so
+#endif
     int n = argc > 1 ? atoi(argv[1]) : 10;
     const char * end = argc > 2 ? argv[2] : "exit";
 
@@ -54,7 +57,11 @@ int main(int argc, char ** argv) {
         fflush(stdout);
     }
     if (strcmp(end, "abort") == 0) abort();
+#ifdef _WIN32
+    if (strcmp(end, "segv") == 0) *(volatile int *) nullptr = 0;  // an access violation
+#else
     if (strcmp(end, "segv") == 0) raise(SIGSEGV);
+#endif
 
     ggml_backend_sched_free(sched);
     ggml_free(ctx);

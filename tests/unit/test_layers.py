@@ -39,7 +39,7 @@ TRACER_LAYERS = {
     # while a program is traced, inside it (the control API, the snapshots it takes) and beside it
     # (the recorder, what it appends, NVML, finding the hooks, delay rules): the format and the
     # reader, no pandas
-    "recording": ["__init__", "api", "snapshots", "record", "trace_append", "nvml", "hooks", "delay_spec",
+    "recording": ["__init__", "api", "snapshots", "record", "trace_append", "nvml", "hooks", "delay_spec", "windows",
                   "outputs"],
     # programs, scenarios and builds run and recorded; races forced and reduced
     "control": ["programs", "scenario", "build_hooks", "demo", "force", "reduce", "replay_limits", "repro_cpp",

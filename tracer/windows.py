@@ -1,0 +1,67 @@
+"""Windows programs (docs/windows.md). A Windows build of ggml binds each import to the DLL that
+exports it, so there is no LD_PRELOAD: the hooks come in through ggml's own backend loader, which
+loads the DLL that GGML_BACKEND_PATH names when the program calls `ggml_backend_load_all()` (as
+llama.cpp's programs do). The program runs natively on Windows, or on Linux under Wine, whose
+programs see this machine's files as drive Z:."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+HOOKS_DLL = "ggml-trace-hooks.dll"
+VDEV_DLL = "ggml-trace-vdev.dll"  # loaded by the hooks from beside them (GGML_TRACE_VIRTUAL_DEVICES)
+WINE = ("wine64", "/usr/lib/wine/wine64", "wine")  # Debian puts wine64 outside PATH
+
+
+def is_windows_hooks(path) -> bool:
+    """Whether a hook library is the Windows one (a DLL)."""
+    return Path(path).suffix.lower() == ".dll"
+
+
+def is_windows_program(word: str) -> bool:
+    return word.lower().endswith(".exe")
+
+
+def path_for_program(path) -> str:
+    """A path as a Windows program sees it: itself on Windows; under Wine, drive Z: (the root)."""
+    if os.name == "nt":
+        return str(Path(path).resolve())
+    return "Z:" + str(Path(path).resolve()).replace("/", "\\")
+
+
+def injection_env(hooks, output) -> dict:
+    """The variables that bring the hooks into a Windows program and name its trace."""
+    return {"GGML_BACKEND_PATH": path_for_program(hooks), "GGML_TRACE_OUTPUT": path_for_program(output)}
+
+
+def hooks_beside(program: str) -> Path | None:
+    """The hooks in a Windows program's own folder (where a Windows build puts its DLLs)."""
+    exe = Path(program)
+    hooks = exe.with_name(HOOKS_DLL)
+    return hooks if hooks.exists() else None
+
+
+def wine() -> str | None:
+    """Wine's loader for 64-bit programs, where this machine has one."""
+    for name in WINE:
+        found = shutil.which(name) or (name if os.path.isabs(name) and os.access(name, os.X_OK) else None)
+        if found:
+            return found
+    return None
+
+
+# The exceptions a crashed Windows program's exit status names (NTSTATUS), as the hooks' crash
+# filter ends it (native_hooks/inject_windows.cpp)
+EXCEPTIONS = {0xC0000005: "access violation", 0xC000001D: "illegal instruction", 0xC0000094: "integer division by zero",
+              0xC00000FD: "stack overflow", 0xC0000409: "stack buffer overrun (fail fast)", 0x80000003: "breakpoint"}
+
+
+def exception_name(returncode: int) -> str | None:
+    """"access violation (0xC0000005)" for a Windows program's exit status that is an exception."""
+    code = returncode & 0xFFFFFFFF
+    if returncode < 0 and returncode >= -(1 << 31):  # Python on Windows: the status as a signed int
+        code = returncode + (1 << 32)
+    if code in EXCEPTIONS:
+        return f"{EXCEPTIONS[code]} (0x{code:08X})"
+    return None
