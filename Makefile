@@ -34,10 +34,16 @@ VK_HEADERS    := $(BUILD_DIR)/vulkan-headers/.done
 VK_HOOKS      := $(foreach b,$(VULKAN_BUILDS),$(BUILD_DIR)/llama-b$(b)-vulkan/bin/libggml-trace-hooks.so)
 QWEN_MODEL    := $(BUILD_DIR)/models/tiny-qwen35.gguf
 
-.PHONY: setup vulkan demo check test docs bench clean
+# Windows (docs/windows.md): the pinned ggml of these builds cross-built for Windows with MinGW-w64, with
+# the hooks, the virtual devices and the test programs, run here under Wine
+WIN_BUILDS := 10524 10531 11434
+WIN_HOOKS  := $(foreach b,$(WIN_BUILDS),$(BUILD_DIR)/win/llama-b$(b)/bin/ggml-trace-hooks.dll)
+WINE       := /usr/lib/wine/wine64
+
+.PHONY: setup vulkan windows demo check test docs bench clean
 # The stamps of fetched and built trees are never deleted as intermediates (that would rebuild all).
 .SECONDARY:
-setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(PP_PATCHED) $(BUILD_DIR)/llama-b11434/bin/llama-server $(MODEL) $(BUILD_DIR)/.chromium vulkan
+setup: $(VENV)/.installed $(LLAMA_STAMPS) $(HOOKS) $(PATCHED) $(PP_PATCHED) $(BUILD_DIR)/llama-b11434/bin/llama-server $(MODEL) $(BUILD_DIR)/.chromium vulkan windows
 
 # glslc, spirv-headers, the Vulkan loader and lavapipe (Debian packages), and Vulkan headers
 # new enough for ggml-vulkan (Debian 13's, unpacked under build/vulkan-headers).
@@ -118,6 +124,27 @@ $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-
 $(VK_PP_PATCHED): $(BUILD_DIR)/llama-b10531-vulkan/bin/libggml-trace-hooks.so patches/pipeline-host-reads.patch scripts/build_patched_base.sh
 	scripts/build_patched_base.sh b10531 b10531-vulkan patches/pipeline-host-reads.patch ppfix
 
+# MinGW-w64 and Wine (Debian's packages), ggml cross-built (~25 s a build), the hooks beside it, and a
+# Wine prefix of our own (build/wine: the tests use it, never the user's ~/.wine)
+windows: $(WIN_HOOKS) $(BUILD_DIR)/wine/.ready
+
+$(BUILD_DIR)/.mingw-wine:
+	command -v x86_64-w64-mingw32-g++-posix >/dev/null && test -x $(WINE) || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++-mingw-w64-x86-64-posix wine64 >/dev/null)
+	mkdir -p $(BUILD_DIR) && touch $@
+
+$(BUILD_DIR)/win/llama-b%/bin/ggml.dll: $(BUILD_DIR)/src/llama-b%/.fetched scripts/windows/cross_ggml.sh scripts/windows/mingw-w64.cmake | $(BUILD_DIR)/.mingw-wine
+	scripts/windows/cross_ggml.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/win/llama-b$*
+	touch $@
+
+$(BUILD_DIR)/win/llama-b%/bin/ggml-trace-hooks.dll: $(BUILD_DIR)/win/llama-b%/bin/ggml.dll $(HOOK_SOURCES) scripts/windows/cross_hooks.sh
+	scripts/windows/cross_hooks.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/win/llama-b$*/bin b$*
+
+$(BUILD_DIR)/wine/.ready: | $(BUILD_DIR)/.mingw-wine
+	mkdir -p $(BUILD_DIR)/wine
+	WINEPREFIX=$(CURDIR)/$(BUILD_DIR)/wine WINEDEBUG=-all $(WINE) wineboot -i >/dev/null 2>&1
+	touch $@
+
 # b11434's ggml copying a split's user inputs before its other inputs (docs/stalls.md, #28874)
 $(BUILD_DIR)/llama-b11434-inputsfirst/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-b11434/.built patches/user-inputs-first.patch scripts/build_patched.sh $(HOOK_SOURCES) | $(VENV)/.installed
 	scripts/build_patched.sh b11434 patches/user-inputs-first.patch inputsfirst
@@ -184,6 +211,7 @@ bench: setup
 	$(VPY) bench/bench_stall_figures.py
 	$(VPY) bench/bench_pipeline_overlap.py
 	$(VPY) bench/bench_sweep.py
+	$(VPY) bench/bench_windows.py
 
 clean:
 	rm -rf $(BUILD_DIR) $(VENV)

@@ -1,0 +1,125 @@
+"""ggml-trace on Windows programs (docs/windows.md), run here under Wine: the pinned ggml cross-built
+with MinGW-w64 (`make setup`: build/win/), the hooks brought in by ggml's backend loader
+(GGML_BACKEND_PATH), the traces read by the Linux analysis. The #23321 scenario on a virtual device
+is RED on b10524 with the same finding as the Linux build's, GREEN on b10531; a crash keeps what was
+recorded; hooks of another backend API are refused in one line and the program runs untraced."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from support import ROOT, ggml_trace
+from ggml_trace import analysis
+from ggml_trace.analysis.race_match import identity
+from ggml_trace.tracer import programs, windows
+
+WIN = ROOT / "build" / "win"
+PREFIX = ROOT / "build" / "wine"  # ours (make setup), never the user's ~/.wine
+WINE = windows.wine()
+SCENARIO = ["inputless-reuse", "--seed", "1", "--devices", "1", "--device", "VDEV0"]
+VDEV_23321 = ["--virtual-devices", "1", "--vdev-latency-us", "5000"]  # the CPU's next split always first
+
+
+def exe(build, name):
+    return WIN / f"llama-{build}" / "bin" / name
+
+
+@pytest.fixture(scope="module")
+def wine_env():
+    needed = [exe(b, "ggml-trace-hooks.dll") for b in ("b10524", "b10531", "b11434")] + [PREFIX / ".ready"]
+    if WINE is None or any(not p.exists() for p in needed):
+        pytest.skip("needs `make setup` (MinGW-w64, Wine and the Windows builds under build/win)")
+    return dict(os.environ, WINEPREFIX=str(PREFIX), WINEDEBUG="-all")
+
+
+def result(stdout):
+    (line,) = [x for x in stdout.splitlines() if x.startswith("result ")]
+    return line
+
+
+def reference(build, env):
+    """The scenario on the CPU alone, untraced, under Wine."""
+    r = subprocess.run([WINE, str(exe(build, "ggml-trace-scenarios.exe")), *SCENARIO, "--cpu-only"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return result(r.stdout)
+
+
+def record_windows(build, out, env, *args, hooks=None, scenario=SCENARIO):
+    """`ggml-trace record` of the scenario program of a Windows build, under Wine."""
+    which = ["--hooks", hooks] if hooks else ["--build", build]
+    return ggml_trace("record", "-o", out, "--no-nvml", *which, *args, "--", WINE,
+                      exe(build, "ggml-trace-scenarios.exe"), *scenario, env=env, timeout=300)
+
+
+def linux_finding(build, tmp_path):
+    """The same scenario traced from the Linux build: its race."""
+    out = tmp_path / f"linux-{build}.ggmltrace"
+    r = ggml_trace("record", "-o", out, "--no-nvml", "--build", build, *VDEV_23321, "--",
+                   programs.bin_dir(build) / "ggml-trace-scenarios", *SCENARIO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return analysis.races(analysis.load(out)).to_json()["races"], result(r.stdout)
+
+
+def test_the_23321_scenario_is_red_before_the_fix_with_the_linux_finding(wine_env, tmp_path):
+    out = tmp_path / "win-b10524.ggmltrace"
+    r = record_windows("b10524", out, wine_env, *VDEV_23321)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert result(r.stdout) != reference("b10524", wine_env)  # RED: a wrong result
+    t = analysis.load(out)
+    assert t.warnings == [] and t.meta["platform"] == "windows" and t.meta["hooks_build"] == "b10524"
+    found = analysis.races(t).to_json()["races"]
+    assert len(found) == 1 and found[0]["verdict"] == "manifested"
+    a, b = found[0]["a"], found[0]["b"]
+    assert (a["backend"], a["kind"], a["tensor"], b["backend"], b["tensor"]) == ("VDEV0", "cpy_tensor_async", "h",
+                                                                                  "CPU", "z")
+    linux, linux_result = linux_finding("b10524", tmp_path)
+    assert [identity(x) for x in found] == [identity(x) for x in linux]  # the same race, named the same
+    assert result(r.stdout) == linux_result  # and the same wrong bytes
+
+
+def test_after_the_fix_the_same_scenario_is_green(wine_env, tmp_path):
+    out = tmp_path / "win-b10531.ggmltrace"
+    r = record_windows("b10531", out, wine_env, *VDEV_23321)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert result(r.stdout) == reference("b10531", wine_env)
+    t = analysis.load(out)
+    assert t.warnings == [] and len(t.splits) >= 3  # traced: the CPU and VDEV0's splits
+    assert analysis.races(t).to_json()["races"] == []
+
+
+def test_a_crash_keeps_every_completed_event(wine_env, tmp_path):
+    out = tmp_path / "crash.ggmltrace"
+    r = ggml_trace("record", "-o", out, "--no-nvml", "--build", "b10531", "--", WINE, exe("b10531", "sched-loop.exe"),
+                   "7", "segv", env=wine_env, timeout=300)
+    # under Wine a Windows exit status keeps its low byte only: 0xC0000005 reads as 5
+    assert r.returncode == 5 and "the program crashed (exception 0xC0000005" in r.stderr, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "computed 7"
+    t = analysis.load(out)
+    assert not t.closed and any("not closed" in w for w in t.warnings)
+    assert (t.calls["kind"] == "sched_graph_compute").sum() == 7 and len(t.splits) == 7
+    assert t.copies["kind"].eq("buf_get_tensor").sum() == 7
+
+
+def test_hooks_of_another_backend_api_are_refused_in_one_line_and_the_program_runs_untraced(wine_env, tmp_path):
+    out = tmp_path / "mismatch.ggmltrace"
+    r = record_windows("b10531", out, wine_env, hooks=exe("b11434", "ggml-trace-hooks.dll"),
+                       scenario=[*SCENARIO, "--cpu-only"])  # a scheduler of the CPU alone: no virtual device
+    assert r.returncode == 0, r.stderr[-2000:]
+    said = [x for x in r.stderr.splitlines() if x.startswith("ggml-trace:") and "do not match" in x]
+    assert len(said) == 1 and "backend API version 2, the hooks were built for 3" in said[0], r.stderr
+    assert "Running untraced" in said[0]
+    assert result(r.stdout) == reference("b10531", wine_env)  # ran, with the right result
+    t = analysis.load(out)
+    assert len(t.calls) == 0  # nothing traced
+
+
+def test_a_windows_program_without_hooks_beside_it_is_told_where_they_go(wine_env, tmp_path):
+    lone = tmp_path / "bin"
+    lone.mkdir()
+    shutil.copy(exe("b10531", "sched-loop.exe"), lone)
+    r = ggml_trace("record", "-o", tmp_path / "t.ggmltrace", "--", WINE, lone / "sched-loop.exe", "1",
+                   env=wine_env, timeout=120)
+    assert r.returncode != 0 and re.search(r"no ggml-trace-hooks\.dll beside .*sched-loop\.exe", r.stderr), r.stderr
