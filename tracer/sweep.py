@@ -346,7 +346,7 @@ def run_cell(cell: Cell, options: SweepOptions) -> CellResult:
         if r.returncode != 0 or got is None:
             (out_dir / f"run-{i}.stderr").write_text(r.stderr)
             res.verdict = "ERROR"
-            res.error = (f"run {i} ({profile['name']}) failed ({_exit_words(r.returncode)}): {_cause(r.stderr)} "
+            res.error = (f"run {i} ({profile['name']}) failed ({_exit_words(r.returncode)}): {failure_cause(r.stderr)} "
                          f"(stderr: {out_dir / f'run-{i}.stderr'})")
             res.traces.append(str(trace))
             break
@@ -369,12 +369,15 @@ def _last(stderr: str) -> str:
     return lines[-1][:300] if lines else "no message"
 
 
-def _cause(stderr: str) -> str:
+def failure_cause(stderr: str) -> str:
     """The line of a failed run's stderr that says why: ggml's assertion or error, else the last
     (what follows an abort is a debugger's backtrace)."""
-    for line in stderr.splitlines():
-        if "GGML_ASSERT" in line or "error" in line.lower() or "failed" in line:
-            return line.strip()[:300]
+    lines = stderr.splitlines()
+    for says in (lambda x: "GGML_ASSERT" in x or "GGML_ABORT" in x, lambda x: "error" in x.lower(),
+                 lambda x: "failed" in x):
+        for line in lines:
+            if says(line):
+                return line.strip()[:300]
     return _last(stderr)
 
 

@@ -24,7 +24,7 @@ from .delay_spec import DelaySpecError
 from .diagnose import DiagnoseError, DiagnoseOptions, diagnose, with_options
 from .hooks import HooksNotFound, ggml_base_of, ggml_program, pinned_builds
 from .record_args import Program, TraceOptions
-from .sweep import RACE_VERDICTS, CellResult, DeviceSet, SweepResult
+from .sweep import RACE_VERDICTS, CellResult, DeviceSet, SweepResult, failure_cause
 
 DESIGNS = ["each", "full"]
 DEFAULT_RUNS = 3
@@ -247,14 +247,6 @@ def _run_number(name: str) -> int:
     return int(name.rsplit("-", 1)[1])
 
 
-def _last_line(path: Path) -> str:
-    try:
-        lines = [x.strip() for x in path.read_text(errors="replace").splitlines() if x.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
-
-
 def run_program_cell(cell: ProgramCell, options: ProgramSweepOptions) -> CellResult:
     """One configuration: diagnosed (its reference, its traced runs, their races, the first forced),
     and the answer as the sweep's verdict. RED: a run's output differs from the reference's (or,
@@ -273,7 +265,8 @@ def run_program_cell(cell: ProgramCell, options: ProgramSweepOptions) -> CellRes
     try:
         d = diagnose(Program.of(argv), dopt)
     except (DiagnoseError, HooksNotFound, DelaySpecError, OSError) as e:
-        said = _last_line(folder / "runs" / "run-1.stderr")  # the program's own words, where it ran
+        stderr = folder / "runs" / "run-1.stderr"  # the program's own words, where it ran
+        said = failure_cause(stderr.read_text(errors="replace")) if stderr.exists() else ""
         res.verdict, res.seconds = "ERROR", time.monotonic() - t0
         res.error = (f"the program says: {said}; " if said else "") + str(e)
         return res
@@ -285,8 +278,8 @@ def run_program_cell(cell: ProgramCell, options: ProgramSweepOptions) -> CellRes
     failed = [r for r in d.runs if r.failed]
     if len(failed) == len(d.runs):
         res.verdict = "ERROR"
-        res.error = (f"every run failed ({failed[0].exit}): {_last_line(folder / failed[0].stderr)} "
-                     f"(stderr: {folder / failed[0].stderr})")
+        said = (folder / failed[0].stderr).read_text(errors="replace")
+        res.error = f"every run failed ({failed[0].exit}): {failure_cause(said)} (stderr: {folder / failed[0].stderr})"
         res.seconds = time.monotonic() - t0
         return res
     if d.has_reference:
