@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <filesystem>
+#include <string>
 
 #include <mutex>
 

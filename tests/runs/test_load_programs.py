@@ -105,7 +105,8 @@ def test_cpp_writer_interop(tmp_path, ending):
     (tmp_path / "main.cpp").write_text(WRITER_MAIN)
     exe = tmp_path / "writer"
     subprocess.run([cxx, "-std=c++17", "-O1", "-pthread", "-I", hooks, str(tmp_path / "main.cpp"),
-                    os.path.join(hooks, "trace_writer.cpp"), "-o", str(exe)], check=True)
+                    os.path.join(hooks, "trace_writer.cpp"), os.path.join(hooks, "platform_posix.cpp"), "-o", str(exe)],
+                   check=True)
     path = tmp_path / "w.ggmltrace"
     started = time.monotonic_ns()
     subprocess.run([str(exe), str(path), ending[0]], check=False, capture_output=True)
