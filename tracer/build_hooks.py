@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -74,9 +75,8 @@ def lib_dir_of(build_dir: str) -> Path:
                      "-DBUILD_SHARED_LIBS=ON, or leave --build-dir out to let build-hooks build it")
 
 
-def build_hooks(source: str, name: str | None = None, build_dir: str | None = None,
-                targets: str | None = None, log=print) -> tuple[str, Path]:
-    """Builds what SOURCE needs (see the module docstring); returns (name, bin folder)."""
+def _tree_and_name(source: str, name: str | None, log) -> tuple[Path, str]:
+    """SOURCE's tree, and the build's name: --name, else bNNNNN where the sources are upstream's."""
     tree = resolve_source(source, log)
     number, commit, how = identity(tree)
     # bNNNNN only when it is upstream's number (a tag or an sdist), not a branch's commit count
@@ -85,6 +85,13 @@ def build_hooks(source: str, name: str | None = None, build_dir: str | None = No
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise BuildError(f"bad build name {name!r}: use letters, digits, '.', '_' and '-' (--name)")
     log(f"sources: {tree} (build {number or 'unknown'}, commit {commit}); name: {name}")
+    return tree, name
+
+
+def build_hooks(source: str, name: str | None = None, build_dir: str | None = None,
+                targets: str | None = None, log=print) -> tuple[str, Path]:
+    """Builds what SOURCE needs (see the module docstring); returns (name, bin folder)."""
+    tree, name = _tree_and_name(source, name, log)
     out = build_root() / f"llama-{name}" / "bin"
     if build_dir:
         lib = lib_dir_of(build_dir)
@@ -107,3 +114,28 @@ def build_hooks(source: str, name: str | None = None, build_dir: str | None = No
     register_name(name, out)
     register(str(lib), str(hooks))  # the build's own programs, recorded without --build
     return name, out
+
+
+def build_windows_hooks(source: str, name: str | None = None, build_dir: str | None = None,
+                        log=print) -> tuple[str, Path]:
+    """The hooks for a Windows build of SOURCE's ggml, cross-built with MinGW-w64 (docs/windows.md):
+    beside an existing Windows build's DLLs (`build_dir`: the folder of its ggml-base.dll, where its
+    programs are), else with SOURCE's ggml cross-built too, into BUILDS/win/llama-NAME/bin. Returns
+    (name, the folder the hooks went into)."""
+    if not shutil.which("x86_64-w64-mingw32-g++-posix"):
+        raise BuildError("cross-building for Windows needs MinGW-w64 with posix threads: apt-get install "
+                         "g++-mingw-w64-x86-64-posix (docs/windows.md)")
+    tree, name = _tree_and_name(source, name, log)
+    if build_dir:
+        d = Path(build_dir).expanduser()
+        found = [c for c in (d, d / "bin") if (c / "ggml-base.dll").exists()]
+        if not found:
+            raise BuildError(f"no ggml-base.dll in {d} or {d / 'bin'}: give the folder of a Windows build's DLLs")
+        bin_dir = found[0].resolve()
+    else:
+        bin_dir = build_root() / "win" / f"llama-{name}" / "bin"
+        _run(["bash", SCRIPTS / "windows" / "cross_ggml.sh", tree, bin_dir.parent], log)
+    work = build_root() / "win" / f"hooks-{name}" if CHECKOUT else cache_root() / "hooks-work" / f"win-{name}"
+    _run(["bash", SCRIPTS / "windows" / "cross_hooks.sh", tree, bin_dir, name], log,
+         env=dict(os.environ, GGML_TRACE_WORK=str(work)))
+    return name, bin_dir

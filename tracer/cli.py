@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from . import hooks as hooks_mod
-from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks
+from .build_hooks import DEFAULT_TARGETS, BuildError, build_hooks, build_windows_hooks
 from .cli_common import (EXIT_BAD_INPUT, add_reading_args, load_trace, printable, read_in_windows, run_guarded,
                          say, shown)
 from .record_args import _latencies
@@ -295,6 +295,17 @@ def cmd_builds(args) -> int:
 
 
 def cmd_build_hooks(args) -> int:
+    if args.windows:
+        try:
+            name, where = build_windows_hooks(args.source, name=args.name, build_dir=args.build_dir,
+                                              log=lambda line: print(line, file=sys.stderr))
+        except BuildError as e:
+            print(f"ggml-trace build-hooks: {e}", file=sys.stderr)
+            return 2
+        print(f"{name}\t{where}")
+        print(f"ggml-trace build-hooks: ready: the hooks are beside the program's DLLs in {where}: "
+              "`ggml-trace record -- PROGRAM.exe ...` (docs/windows.md)", file=sys.stderr)
+        return 0
     try:
         name, lib = build_hooks(args.source, name=args.name, build_dir=args.build_dir, targets=args.targets,
                                 log=lambda line: print(line, file=sys.stderr))
@@ -446,6 +457,9 @@ def main(argv=None) -> int:
                    "default: build ggml and the llama programs into build/llama-NAME/")
     p.add_argument("--targets", help="CMake targets to build (default: %s; 'ggml' for ggml alone)"
                    % DEFAULT_TARGETS)
+    p.add_argument("--windows", action="store_true",
+                   help="cross-build the hooks for a Windows build with MinGW-w64: beside --build-dir's DLLs "
+                        "(a Windows build's folder), else with SOURCE's ggml into build/win/llama-NAME/ (docs/windows.md)")
     p.set_defaults(fn=cmd_build_hooks)
 
     p = sub.add_parser("register-build", help="use HOOKS for programs that load the ggml in GGML_LIB_DIR")

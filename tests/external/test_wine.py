@@ -123,3 +123,23 @@ def test_a_windows_program_without_hooks_beside_it_is_told_where_they_go(wine_en
     r = ggml_trace("record", "-o", tmp_path / "t.ggmltrace", "--", WINE, lone / "sched-loop.exe", "1",
                    env=wine_env, timeout=120)
     assert r.returncode != 0 and re.search(r"no ggml-trace-hooks\.dll beside .*sched-loop\.exe", r.stderr), r.stderr
+
+
+def test_build_hooks_puts_windows_hooks_beside_a_windows_build_and_record_finds_them(wine_env, tmp_path):
+    """A Windows build of b10531's ggml with no hooks (its DLLs and a program): `build-hooks --windows`
+    cross-builds them beside it, and `record` then traces the program without being told where they are."""
+    mine = tmp_path / "bin"
+    mine.mkdir()
+    for f in exe("b10531", "sched-loop.exe").parent.iterdir():
+        if f.suffix in (".dll", ".exe") and not f.name.startswith("ggml-trace"):
+            shutil.copy(f, mine)
+    r = ggml_trace("build-hooks", ROOT / "build" / "src" / "llama-b10531" / "llama.cpp", "--windows",
+                   "--build-dir", mine, "--name", "wine-test", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (mine / "ggml-trace-hooks.dll").exists() and (mine / "ggml-trace-vdev.dll").exists()
+    out = tmp_path / "t.ggmltrace"
+    r = ggml_trace("record", "-o", out, "--no-nvml", "--", WINE, mine / "sched-loop.exe", "3", env=wine_env,
+                   timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    t = analysis.load(out)
+    assert t.meta["hooks_build"] == "wine-test" and (t.calls["kind"] == "sched_graph_compute").sum() == 3
