@@ -295,26 +295,23 @@ def cmd_builds(args) -> int:
 
 
 def cmd_build_hooks(args) -> int:
-    if args.windows:
-        try:
-            name, where = build_windows_hooks(args.source, name=args.name, build_dir=args.build_dir,
-                                              log=lambda line: print(line, file=sys.stderr))
-        except BuildError as e:
-            print(f"ggml-trace build-hooks: {e}", file=sys.stderr)
-            return 2
-        print(f"{name}\t{where}")
-        print(f"ggml-trace build-hooks: ready: the hooks are beside the program's DLLs in {where}: "
-              "`ggml-trace record -- PROGRAM.exe ...` (docs/windows.md)", file=sys.stderr)
-        return 0
+    def log(line):
+        print(line, file=sys.stderr)
+
     try:
-        name, lib = build_hooks(args.source, name=args.name, build_dir=args.build_dir, targets=args.targets,
-                                log=lambda line: print(line, file=sys.stderr))
+        if args.windows:
+            name, where = build_windows_hooks(args.source, name=args.name, build_dir=args.build_dir, log=log)
+        else:
+            name, where = build_hooks(args.source, name=args.name, build_dir=args.build_dir, targets=args.targets,
+                                      log=log)
     except BuildError as e:
         print(f"ggml-trace build-hooks: {e}", file=sys.stderr)
         return 2
-    print(f"{name}\t{lib}")
-    print(f"ggml-trace build-hooks: ready: `ggml-trace record --build {name} -- PROGRAM`, "
-          f"`ggml-trace scenario NAME --build {name}`", file=sys.stderr)
+    print(f"{name}\t{where}")
+    log(f"ggml-trace build-hooks: ready: the hooks are beside the program's DLLs in {where}: `ggml-trace record -- "
+        "PROGRAM.exe ...` (docs/windows.md)" if args.windows else
+        f"ggml-trace build-hooks: ready: `ggml-trace record --build {name} -- PROGRAM`, "
+        f"`ggml-trace scenario NAME --build {name}`")
     return 0
 
 

@@ -24,7 +24,7 @@ from .delay_spec import DelaySpecError
 from .diagnose import DiagnoseError, DiagnoseOptions, diagnose, with_options
 from .hooks import HooksNotFound, ggml_base_of, ggml_program, pinned_builds
 from .record_args import Program, TraceOptions
-from .sweep import RACE_VERDICTS, CellResult, DeviceSet, SweepResult, failure_cause
+from .sweep import RACE_VERDICTS, CellResult, DeviceSet, SweepError, SweepResult, failure_cause, progress_words
 
 DESIGNS = ["each", "full"]
 DEFAULT_RUNS = 3
@@ -311,8 +311,6 @@ def _race_json(m, wrong: set, folder: Path) -> dict:
 
 def sweep_program(options: ProgramSweepOptions, log=lambda line: None) -> SweepResult:
     """Every cell in turn (a program may use every core and the GPU: one at a time), a line each."""
-    from .sweep import SweepError, progress_words
-
     t0 = time.monotonic()
     if not options.program:
         raise SweepError("--program wants a command line")

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # cross_ggml.sh SRC OUT: the ggml of a llama.cpp tree (SRC/ggml) built for Windows with MinGW-w64
-# into OUT/bin (ggml-base.dll, ggml-cpu.dll, ggml.dll and their import libraries): shared, the CPU
+# into OUT/bin (ggml-base.dll, ggml-cpu.dll, ggml.dll and MinGW's runtime DLLs): shared, the CPU
 # backend linked in (GGML_BACKEND_DL off), no OpenMP, no native CPU tuning (docs/windows.md).
 set -euo pipefail
 src=$(realpath "$1"); out=$(realpath -m "$2")
 here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
 [ -f "$src/ggml/ggml.pc.in" ] || touch "$src/ggml/ggml.pc.in"  # the sdists' ggml lacks it; CMake configures it
 # mingw-w64's headers (10.0) lack THREAD_POWER_THROTTLING_STATE, which ggml-cpu uses past Windows 7
 cmake -S "$src/ggml" -B "$out/cmake" -DCMAKE_TOOLCHAIN_FILE="$here/mingw-w64.cmake" -DCMAKE_BUILD_TYPE=Release \
