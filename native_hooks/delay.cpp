@@ -177,15 +177,15 @@ template <typename F> void bind(const char * lib, F & fn, const char * name) {
 void resolve_cuda() {
     // The runtime's entry points where they are global; else a backend library opened with
     // RTLD_LOCAL keeps them to itself: the runtime, or a static one inside ggml-cuda.
-    const char * lib = nullptr;
+    const char * in = nullptr;  // the library that has them (null: the global scope)
+    bool found = false;
     for (const char * l : {(const char *) nullptr, "libcudart.so", "cudart64", "libggml-cuda.so", "ggml-cuda.dll"}) {
-        if (g_os.loaded_symbol(l, "cudaLaunchHostFunc")) {
-            lib = l ? l : "";
+        if ((found = g_os.loaded_symbol(l, "cudaLaunchHostFunc") != nullptr)) {
+            in = l;
             break;
         }
     }
-    if (lib) {
-        const char * in = *lib ? lib : nullptr;
+    if (found) {
         bind(in, g_cuda.launch_host_func, "cudaLaunchHostFunc");
         bind(in, g_cuda.event_record, "cudaEventRecord");
         bind(in, g_cuda.stream_wait_event, "cudaStreamWaitEvent");

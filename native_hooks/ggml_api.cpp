@@ -11,18 +11,16 @@ GgmlApi g_api;
 
 namespace {
 
-void * lookup(const char * name, bool next) { return g_os.symbol(name, next); }
-
 template <typename T> bool need(T & fn, const char * name, bool next = false) {
     return resolve_symbol(fn, name, next, "tracing (the program runs untraced)");
 }
 
 }  // namespace
 
-void * ggml_symbol(const char * name, bool next) { return lookup(name, next); }
+void * ggml_symbol(const char * name, bool next) { return g_os.symbol(name, next); }
 
 bool resolve_symbol_ptr(void ** fn, const char * name, bool next, const char * user) {
-    *fn = lookup(name, next);
+    *fn = ggml_symbol(name, next);
     if (!*fn) {
         fprintf(stderr, "ggml-trace: %s needs %s, which this program's ggml lacks\n", user, name);
     }
@@ -62,8 +60,8 @@ bool resolve_ggml_api() {
     ok &= need(a.graph_n_nodes, "ggml_graph_n_nodes");
     ok &= need(a.graph_node, "ggml_graph_node");
     ok &= need(a.tensor_overhead, "ggml_tensor_overhead");
-    a.version = (const char * (*) (void)) lookup("ggml_version", false);
-    a.commit = (const char * (*) (void)) lookup("ggml_commit", false);
+    a.version = (const char * (*) (void)) ggml_symbol("ggml_version", false);
+    a.commit = (const char * (*) (void)) ggml_symbol("ggml_commit", false);
     return ok;
 }
 

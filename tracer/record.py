@@ -29,8 +29,9 @@ class Recording:
     def describe_exit(self) -> str:
         if self.timed_out:
             return "hung: killed at the time limit"
-        if windows.exception_name(self.returncode):  # a Windows program's crash: its exception's code
-            return f"crashed: {windows.exception_name(self.returncode)}"
+        crash = windows.exception_name(self.returncode)  # a Windows program's crash: its exception's code
+        if crash:
+            return f"crashed: {crash}"
         if self.returncode >= 0:
             return f"exit status {self.returncode}"
         try:

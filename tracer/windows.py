@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 HOOKS_DLL = "ggml-trace-hooks.dll"
-VDEV_DLL = "ggml-trace-vdev.dll"  # loaded by the hooks from beside them (GGML_TRACE_VIRTUAL_DEVICES)
 WINE = ("wine64", "/usr/lib/wine/wine64", "wine")  # Debian puts wine64 outside PATH
 
 
@@ -44,11 +43,7 @@ def hooks_beside(program: str) -> Path | None:
 
 def wine() -> str | None:
     """Wine's loader for 64-bit programs, where this machine has one."""
-    for name in WINE:
-        found = shutil.which(name) or (name if os.path.isabs(name) and os.access(name, os.X_OK) else None)
-        if found:
-            return found
-    return None
+    return next((found for found in map(shutil.which, WINE) if found), None)  # which() takes a path too
 
 
 # The exceptions a crashed Windows program's exit status names (NTSTATUS), as the hooks' crash
@@ -59,9 +54,7 @@ EXCEPTIONS = {0xC0000005: "access violation", 0xC000001D: "illegal instruction",
 
 def exception_name(returncode: int) -> str | None:
     """"access violation (0xC0000005)" for a Windows program's exit status that is an exception."""
-    code = returncode & 0xFFFFFFFF
-    if returncode < 0 and returncode >= -(1 << 31):  # Python on Windows: the status as a signed int
-        code = returncode + (1 << 32)
+    code = returncode & 0xFFFFFFFF  # the same code whether the status came signed or not
     if code in EXCEPTIONS:
         return f"{EXCEPTIONS[code]} (0x{code:08X})"
     return None
