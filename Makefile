@@ -204,6 +204,7 @@ bench: setup
 	$(VPY) bench/bench_races.py --events 1000000
 	$(VPY) bench/bench_vs_others.py --events 2000000
 	$(VPY) bench/bench_stalls.py
+	$(VPY) bench/bench_work_delay.py
 	$(VPY) bench/bench_lazy.py
 	$(VPY) bench/bench_host_writes.py --rounds 5 --words 700
 	$(VPY) bench/bench_diagnose.py

@@ -52,6 +52,9 @@ const int MIN_N = 64, MAX_N = 2048;   // product sizes tried, doubling
 const double TARGET_PRODUCT_US = 50;  // the smallest product at least this long: the delay's grain
 const int MAX_REPS = 4096;            // products in one delay (a delay longer than this many is cut)
 const int TIMED_FEW = 4, TIMED_MANY = 32;  // two chains timed: the difference is the products' own time
+const int STABLE_PAIRS = 8;                // timed until the shortest long chain held this many turns,
+const double STABLE_GAIN = 0.03;           // (shorter by less than this share does not count)
+const int MAX_SIZING_MS = 1500;            // or for this long at one size
 
 // One backend's products: weights a, b and two result buffers the chain alternates between, in a
 // buffer of the backend's own; one graph per number of products, made on first use and kept (a
@@ -123,21 +126,34 @@ bool allocate(Work & w, int n) {
     return true;
 }
 
-// The time `reps` chained products take on the idle backend, ns: the shortest of four runs after a
-// first (which compiles and sizes what the backend needs); 0 when it cannot run them. The shortest:
-// a machine busy while they are sized makes delays longer than asked rather than shorter.
-double time_chain(Work & w, const ggml_backend_i & orig, int reps) {
-    ggml_cgraph * graph = chain(w, reps);
-    if (!graph) return 0;
-    double best = 0;
-    for (int i = 0; i < 5; i++) {
-        auto t0 = std::chrono::steady_clock::now();
-        if (orig.graph_compute(w.backend, graph) != GGML_STATUS_SUCCESS) return 0;
-        if (orig.synchronize) orig.synchronize(w.backend);
-        double ns = (double) std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-        if (i > 0 && (best == 0 || ns < best)) best = ns;
+// One run of a chain, ns (0 when the backend cannot run it).
+double run_chain(Work & w, const ggml_backend_i & orig, ggml_cgraph * graph) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (orig.graph_compute(w.backend, graph) != GGML_STATUS_SUCCESS) return 0;
+    if (orig.synchronize) orig.synchronize(w.backend);
+    return (double) std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The shortest times of a chain of TIMED_FEW and of TIMED_MANY products, ns, timed in turn after a
+// first run of each (which compiles and sizes what the backend needs); false when the backend cannot
+// run them. The shortest, and timed until the shortest long chain has held for STABLE_PAIRS turns:
+// a program's start can keep the machine busy for a few hundred milliseconds (lavapipe on 2 cores:
+// products sized then came out 1.4x too long, so delays came out that much too short).
+bool time_chains(Work & w, const ggml_backend_i & orig, double & few, double & many) {
+    ggml_cgraph * g_few = chain(w, TIMED_FEW);
+    ggml_cgraph * g_many = g_few ? chain(w, TIMED_MANY) : nullptr;
+    if (!g_many || run_chain(w, orig, g_few) <= 0 || run_chain(w, orig, g_many) <= 0) return false;
+    few = many = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int pair = 0, held = 0; held < STABLE_PAIRS; pair++, held++) {
+        double a = run_chain(w, orig, g_few), b = run_chain(w, orig, g_many);
+        if (a <= 0 || b <= 0) return false;
+        few = few == 0 ? a : std::min(few, a);
+        if (many == 0 || b < many * (1 - STABLE_GAIN)) held = -1;
+        many = many == 0 ? b : std::min(many, b);
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(MAX_SIZING_MS)) break;
     }
-    return best;
+    return true;
 }
 
 }  // namespace
@@ -151,8 +167,8 @@ void work_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i &
     w.backend = backend;
     for (int n = MIN_N; n <= MAX_N; n *= 2) {
         if (!allocate(w, n)) break;
-        double few = time_chain(w, orig, TIMED_FEW), many = time_chain(w, orig, TIMED_MANY);
-        if (few <= 0 || many <= 0) {  // a size the backend cannot run: none is used (nor would a larger one)
+        double few = 0, many = 0;
+        if (!time_chains(w, orig, few, many)) {  // a size the backend cannot run: none is used (nor would a larger one)
             w.product_ns = 0;
             break;
         }
@@ -179,7 +195,8 @@ bool work_delay(ggml_backend_t backend, uint32_t index, const ggml_backend_i & o
     if (index >= (uint32_t) MAX_BACKENDS) return false;
     Work & w = g_work[index];
     if (!w.graph_compute || w.backend != backend) return false;
-    // rounded up: a delay is at least what was asked (by up to one product more), never shorter
+    // rounded up: as sized, at least what was asked (by up to one product more); the products' real
+    // time varies around that (docs/delay.md)
     int reps = std::min(MAX_REPS, (int) std::ceil(((double) ns - w.fixed_ns) / w.product_ns));
     if (ns == 0) return true;  // (rand: can draw 0) nothing to enqueue
     reps = std::max(reps, 1);

@@ -31,15 +31,17 @@ def test_a_delay_before_vulkans_split_runs_on_its_queue_not_on_the_host(tmp_path
     split = t.splits[(t.splits["backend"] == "Vulkan0") & (t.splits["split"] == 1)].iloc[0]
     device = t.device[t.device["call_id"] == split["call_id"]]
     assert len(device) == 1 and device.iloc[0]["source"] == "markers"
-    # the split had not started on the device 20 ms after it was enqueued (the markers' lower bound) ...
-    assert device.iloc[0]["t_begin"] - split["t_begin"] >= DELAY_US * 1000, (device, split)
-    # ... while the host enqueued the products and the split and went on
+    # the split had not started on the device until most of the delay had passed after it was
+    # enqueued (the markers' lower bound) while the host enqueued the products and the split and went
+    # on. Most, not all: the products' time on lavapipe varies run to run (0.80-1.77 of the request
+    # over 30 runs: bench/bench_work_delay.py); the half separates a queue's wait from a host's.
+    assert device.iloc[0]["t_begin"] - split["t_begin"] >= DELAY_US * 1000 / 2, (device, split)
     assert delay.t_end - delay.t_begin < DELAY_US * 1000 / 2
     assert split["t_end"] - split["t_begin"] < DELAY_US * 1000 / 2
     # the stall markers measure (the split's start bound minus the previous work's end bound) is a lower
     # bound of the real one, short by up to their poll interval each
     (stall,) = delay_stalls(t).itertuples()
-    assert stall.stall_ns >= 0.9 * DELAY_US * 1000
+    assert stall.stall_ns >= DELAY_US * 1000 / 2
 
 
 @pytest.fixture(scope="module")
