@@ -113,7 +113,7 @@ def _finding_lines(c: CellResult) -> list[str]:
     if c.detail.get("issue"):
         out.append(f"  - its diagnosis: {code(c.detail['issue'], 300)}")
     if c.verdict == "RED" and not c.races:
-        if c.detail.get("outputs") == 1:  # a program's runs all printed one output, not the reference's
+        if c.detail.get("outputs") == 1 and c.runs > 1:  # the runs all printed one output, not the reference's
             out.append("  - no race in the traces, and every run printed the same output: a difference that does not "
                        "depend on timing (the numerics of another placement than the reference's, or a cause the "
                        "ordering model does not see)")

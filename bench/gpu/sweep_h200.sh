@@ -10,7 +10,8 @@
 # full, side by side; b10524's libggml-base alone (its Vulkan, CPU and CUDA libraries are b10531's, as
 # scripts/vulkan_sibling.sh does here: its tree serves Vulkan only); each patch's libggml-base beside the
 # rest of its build. The builds go where `ggml-trace` looks for them: GGML_TRACE_BUILD_DIR=WORK/builds.
-# SWEEPS (sweep step; default all of them, in this order): cuda2 vulkan cuda4 mixed. DEADLINE_S (default
+# SWEEPS (sweep step; default all of them, in this order): cuda2 vulkan cuda4 mixed; also meta (CUDA's
+# allreduce, BF16 and F32) and workdelay (bench_work_delay.py on NVIDIA's Vulkan). DEADLINE_S (default
 # 540): no sweep starts after that many seconds; LIMIT_S (default 570): a sweep still running then is
 # stopped and writes what it has done.
 set -uo pipefail
@@ -109,6 +110,15 @@ for s in ${SWEEPS:-cuda2 vulkan cuda4 mixed}; do
   case $s in
     cuda2) run_sweep cuda2 --backend cuda --devices 2 --build b10531 --build b10531-tpfix --build b11434 --build b11434-ppfix \
              --build b11434-slotfix ;;
+    meta) # CUDA's allreduce with its default BF16 round trip, then as the sweep runs it (F32)
+      for v in 10531 11434; do
+        x=$GGML_TRACE_BUILD_DIR/llama-b$v/bin/ggml-trace-scenarios; a="meta-allreduce --seed 1 --devices 2 --device CUDA0 --device CUDA1"
+        echo "b$v meta-allreduce: cpu $($x $a --cpu-only 2>/dev/null | grep result);" \
+          "cuda $(GGML_CUDA_DEVICES=2 $x $a 2>/dev/null | grep result);" \
+          "cuda f32 $(GGML_CUDA_DEVICES=2 GGML_CUDA_AR_BF16_THRESHOLD=0 $x $a 2>/dev/null | grep result)"
+      done
+      run_sweep meta --backend cuda --devices 2 --pattern meta-allreduce --build b10531 --build b10531-tpfix --build b11434 ;;
+    workdelay) for b in b10531 b11434; do python3 bench/bench_work_delay.py --build $b --runs 10; done ;;
     cuda4) run_sweep cuda4 --backend cuda --devices 4 --build b10531 --build b11434 --build b11434-ppfix ;;
     vulkan) run_sweep vulkan --backend vulkan --build b10524 --build b10531 --build b11434 --build b11434-ppfix ;;
     mixed) run_sweep mixed --backend all --devices 2 --build b11434 --build b11434-ppfix --build b11434-slotfix ;;

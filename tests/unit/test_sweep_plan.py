@@ -94,7 +94,24 @@ def test_the_page_has_a_row_per_pattern_a_column_per_set_and_build_and_names_the
 
 def test_a_wrong_result_without_a_race_says_so():
     md = sweep_report.markdown(_result([_cell(verdict="RED", wrong_runs=1)]))
-    assert "no race in the traces" in md
+    assert "no race in the traces" in md and "same output" not in md
+    # the same wrong result in every run (two or more): a difference timing does not make
+    same = CellResult(Cell("y-graph", VDEV, "b10531", "pinned", 0), runs=2, wrong_runs=2, verdict="RED",
+                      detail={"outputs": 1})
+    assert "every run printed the same output" in sweep_report.markdown(_result([same]))
+    one = CellResult(Cell("y-graph", VDEV, "b10531", "pinned", 0), runs=1, wrong_runs=1, verdict="RED",
+                     detail={"outputs": 1})
+    assert "same output" not in sweep_report.markdown(_result([one]))  # one run shows nothing of timing
+
+
+def test_meta_allreduce_on_cuda_takes_cudas_f32_allreduce():
+    cuda = DeviceSet("CUDA×2", ("CUDA0", "CUDA1"), "b11434", (("GGML_CUDA_DEVICES", "2"),))
+    env, _ = _run_env(Cell("meta-allreduce", cuda, "b11434", "-", -1), {"slow": {"CUDA0": 3000.0}, "random": False})
+    assert env["GGML_CUDA_AR_BF16_THRESHOLD"] == "0" and env["GGML_CUDA_DEVICES"] == "2"
+    env, _ = _run_env(Cell("y-graph", cuda, "b11434", "pinned", 0), {"slow": {"CUDA0": 3000.0}, "random": False})
+    assert "GGML_CUDA_AR_BF16_THRESHOLD" not in env
+    env, _ = _run_env(Cell("meta-allreduce", VDEV, "b11434", "-", -1), {"slow": {"VDEV0": 3000.0}, "random": False})
+    assert "GGML_CUDA_AR_BF16_THRESHOLD" not in env
 
 
 def test_hostile_names_are_escaped_and_the_page_stays_under_githubs_limit():
