@@ -8,8 +8,9 @@ The ordering model, in short:
   another async backend, with the destination waiting for it), the async set/get calls,
   event_record and event_wait is a queue position, and runs after the host state at its enqueue;
 * synchronize(B), event_synchronize(e), event_wait(C, e) and the implicit source dependency of
-  cpy_tensor_async add the remaining happens-before edges; everything else (CPU, RPC, buffer
-  calls) is a host operation that completes before it returns.
+  cpy_tensor_async add the remaining happens-before edges; everything else (CPU, RPC up to b10531,
+  buffer calls) is a host operation that completes before it returns, except the buffer calls on
+  an asynchronous RPC client's buffers, which its one sender queues with its work.
 
 Each operation gets a vector clock (one component per thread and per queue). The clocks are
 computed with whole-array passes: apply every cross-component edge, then a running maximum
@@ -40,6 +41,9 @@ from .schema import FINDING_SIDE
 __all__ = ["races", "RaceReport", "format_report", "verdict_words", "MODES", "CHUNK", "MAX_CANDIDATES"]
 
 MODES = ["read", "write"]
+# The buffer calls that a backend of one FIFO queues with its work (rule 9 of docs/races.md).
+FIFO_BUFFER_KINDS = ["buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d", "buf_get_tensor_2d", "buf_cpy_tensor",
+                     "buf_memset_tensor", "buf_clear"]
 
 # Candidate (window) entries examined per chunk, and in all for one window pass before the
 # windows are cut to their most recent entries (a safety valve for traces in which a queue is
@@ -164,7 +168,13 @@ class _Analysis:
         has_acc = has_acc[:n]
         on_async = is_async[self.c_backend]
         declined = kind_is(["cpy_tensor_async", "comm_allreduce"]) & ~has_acc
-        enq = kind_is(ENQUEUE_KINDS) & on_async & ~declined
+        # (9) One FIFO for all of a backend's memory: an asynchronous RPC client (b11434) sends every
+        # command on a server's memory, its buffers' set/get/memset/copy as well as its graphs, through
+        # one sender, and the server runs them in order: there a buffer call is a queue operation too.
+        fifo = np.zeros(len(cats) + 1, bool)
+        fifo[:-1] = is_async[:-1] & np.array([str(x).startswith("RPC") for x in cats], bool)
+        self.c_fifo_buffer = kind_is(FIFO_BUFFER_KINDS) & fifo[self.c_backend]
+        enq = (kind_is(ENQUEUE_KINDS) & on_async & ~declined) | self.c_fifo_buffer
         self.c_enq = enq
 
         # Components: host threads, then async backend queues.
@@ -323,6 +333,15 @@ class _Analysis:
             lt[miss] = len(t.buffers) + u
         self.a_lt = lt.astype(np.int64)
         self.a_ev = self.work_ev[self.a_ord]
+        # (9) ... but such a call's side in host memory is done when it returns: the sender copies
+        # what it sends and waits for what it reads (only the server's memory is touched in queue order)
+        fifo = np.flatnonzero(self.c_fifo_buffer[self.a_ord])
+        if len(fifo):
+            known = self.a_lt[fifo] < len(t.buffers)
+            host = np.ones(len(fifo), bool)  # no buffer record: host memory
+            host[known] = t.buffers["is_host"].to_numpy(bool)[self.a_lt[fifo][known]]
+            on_host = fifo[host]
+            self.a_ev[on_host] = self.host_ev[self.a_ord[on_host]]
         return len(keep)
 
     # ---------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ struct GraphApi {
     ggml_backend_buffer_t (*buft_alloc_buffer)(ggml_backend_buffer_type_t, size_t);
     enum ggml_status (*tensor_alloc)(ggml_backend_buffer_t, ggml_tensor *, void *);
     void (*tensor_set)(ggml_tensor *, const void *, size_t, size_t);
+    void (*tensor_get)(const ggml_tensor *, void *, size_t, size_t);
     bool ok;
 };
 GraphApi g_graph;
@@ -45,7 +46,8 @@ void resolve_graph_api() {
                  resolve_symbol(g_graph.graph_overhead_custom, "ggml_graph_overhead_custom", false, user) &&
                  resolve_symbol(g_graph.buft_alloc_buffer, "ggml_backend_buft_alloc_buffer", false, user) &&
                  resolve_symbol(g_graph.tensor_alloc, "ggml_backend_tensor_alloc", false, user) &&
-                 resolve_symbol(g_graph.tensor_set, "ggml_backend_tensor_set", false, user);
+                 resolve_symbol(g_graph.tensor_set, "ggml_backend_tensor_set", false, user) &&
+                 resolve_symbol(g_graph.tensor_get, "ggml_backend_tensor_get", false, user);
 }
 
 const int MIN_N = 64, MAX_N = 2048;   // product sizes tried, doubling
@@ -126,11 +128,15 @@ bool allocate(Work & w, int n) {
     return true;
 }
 
-// One run of a chain, ns (0 when the backend cannot run it).
+// One run of a chain, ns (0 when the backend cannot run it). Done when its last product is read
+// back: RPC's synchronize only waits until the graph is sent (the server answers no graph), and
+// its server runs each command in order, so the read waits for the products.
 double run_chain(Work & w, const ggml_backend_i & orig, ggml_cgraph * graph) {
     auto t0 = std::chrono::steady_clock::now();
     if (orig.graph_compute(w.backend, graph) != GGML_STATUS_SUCCESS) return 0;
     if (orig.synchronize) orig.synchronize(w.backend);
+    float last;
+    g_graph.tensor_get(g_api.graph_node(graph, -1), &last, 0, sizeof(last));
     return (double) std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -4,6 +4,7 @@
 // so the program runs under the hooks with GGML_TRACE_VIRTUAL_DEVICES set.
 //   ggml-trace-scenarios NAME [--cpu-only] [--seed S] [--backend vdev|vulkan] [--devices N]
 //                        [--device NAME]... [--buffer pageable|pinned] [--parallel 0|1]
+//                        [--rpc HOST:PORT]...   (a ggml-rpc-server's devices join the list: RPC0, ...)
 //   ggml-trace-scenarios spec --spec FILE [...]   (a reproduction written by `ggml-trace reduce`)
 //   ggml-trace-scenarios devices                  (the devices ggml lists here, a line each)
 // Graph pictures and what each scenario checks: docs/scenarios.md; the spec language: docs/reduce.md.
@@ -670,6 +671,30 @@ int meta_allreduce(int n_dev, bool cpu_only, unsigned seed, int layers = MLP_L, 
     return 0;
 }
 
+// --rpc HOST:PORT (repeatable): that ggml-rpc-server's devices join ggml's list, as llama.cpp's
+// --rpc adds them. Not for --cpu-only: the reference needs no server. 0, or 2 with the reason said.
+int add_rpc_servers(int argc, char ** argv) {
+    bool cpu_only = false;
+    for (int i = 2; i < argc; i++) cpu_only = cpu_only || strcmp(argv[i], "--cpu-only") == 0;
+    for (int i = 2; i + 1 < argc && !cpu_only; i++) {
+        if (strcmp(argv[i], "--rpc") != 0) continue;
+        ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+        typedef ggml_backend_reg_t (*add_server_t)(const char *);
+        add_server_t add = rpc ? (add_server_t) ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server") : nullptr;
+        if (!add) {
+            fprintf(stderr, "--rpc: this ggml has no RPC backend (built without GGML_RPC)\n");
+            return 2;
+        }
+        ggml_backend_reg_t reg = add(argv[++i]);
+        if (!reg) {
+            fprintf(stderr, "--rpc: no server at %s\n", argv[i]);
+            return 2;
+        }
+        ggml_backend_register(reg);
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -683,6 +708,7 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "\n");
         return 2;
     }
+    if (int rc = add_rpc_servers(argc, argv)) return rc;
     if (strcmp(argv[1], "devices") == 0) {  // what this process sees: one device name a line (sweep asks)
         for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
             ggml_backend_dev_t d = ggml_backend_dev_get(i);

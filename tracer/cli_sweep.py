@@ -73,7 +73,8 @@ def add_sweep_command(sub) -> None:
     p.add_argument("--build", action="append", help="a build with hooks (`ggml-trace builds`); repeatable "
                                                     "(default: b10531)")
     p.add_argument("--backend", choices=BACKENDS, default="vdev",
-                   help="the device sets: virtual devices, Vulkan0 beside them, CUDA's devices, or all of them")
+                   help="the device sets: virtual devices, Vulkan0 beside them, an RPC server on loopback beside "
+                        "them, CUDA's devices, or all of them")
     p.add_argument("--pattern", action="append", help=f"repeatable (default: all): {', '.join(PATTERNS)}")
     p.add_argument("--quick", action="store_true", help="each device slowed in turn, once (a first look; CI)")
     p.add_argument("--runs", type=int, help="runs per cell: a plain one, each device slowed, then random delays "

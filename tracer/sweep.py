@@ -15,6 +15,7 @@ Layers: planning (`plan`, `device_sets`), one cell (`run_cell`, in a worker proc
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import programs
 from .hooks import libraries_first, pinned_builds
 from .record import trace_env
 from .scenario import META_SCENARIOS, SCENARIOS
@@ -35,7 +37,7 @@ PATTERN_DEVICES = {"inputless-reuse": 1, "cpu-async-cpu": 1, "y-graph": 2, "x-gr
                    "meta-allreduce": 2}
 PATTERNS = list(PATTERN_DEVICES)
 assert set(SCENARIOS) <= set(PATTERNS)
-BACKENDS = ["vdev", "vulkan", "cuda", "all"]
+BACKENDS = ["vdev", "vulkan", "rpc", "cuda", "all"]
 BUFFERS = ["pageable", "pinned"]
 DEFAULT_SLOW_US = 3000.0  # the delay a slowed device gets before each operation (µs)
 DEFAULT_RUNS = 8          # a full cell: one plain run, each device slowed, then random delays
@@ -57,6 +59,7 @@ class DeviceSet:
     devices: tuple
     tree: str          # the build's tree (programs.bin_dir name) whose scenario program runs them
     env: tuple = ()    # (name, value) pairs
+    rpc_server: str = ""  # a build whose ggml-rpc-server each cell starts on loopback (its RPC0)
 
 
 @dataclass(frozen=True)
@@ -162,16 +165,36 @@ VDEV_ENV = (("GGML_TRACE_VDEV_HOST_COPIES", "pinned"),)  # as Vulkan: async only
 VULKAN_ENV = (("GGML_VK_VISIBLE_DEVICES", "0"), ("GGML_TRACE_DEVICE_TIMING", "1"))
 
 
+def _rpc_server_build(tree: str) -> str:
+    """The build whose ggml-rpc-server serves `tree`'s RPC client: its own, or for a patched build
+    (its libggml-base alone is patched; the protocol is its base build's) the base build's; "" if none."""
+    builds = pinned_builds()
+    if not (builds[tree] / "libggml-rpc.so").exists():
+        return ""
+    for name in (tree, tree.partition("-")[0]):
+        if name in builds and (builds[name] / "ggml-rpc-server").exists():
+            return name
+    return ""
+
+
 def device_sets(backend: str, build: str, vdevs: int = 3) -> list[DeviceSet]:
-    """The columns for one build: its virtual devices; Vulkan0 beside virtual devices, each way
-    round; CUDA's devices (GGML_CUDA_DEVICES makes several of one GPU); CUDA0 beside Vulkan0, each
-    way round (`all`). Only what this machine has: a tree not built, or a device its program does
-    not list, leaves its set out."""
+    """The columns for one build: its virtual devices; an RPC server on loopback (a CPU behind it)
+    beside virtual devices, each way round; Vulkan0 beside virtual devices, each way round; CUDA's
+    devices (GGML_CUDA_DEVICES makes several of one GPU); CUDA0 beside Vulkan0, each way round
+    (`all`). Only what this machine has: a tree not built, or a device its program does not list,
+    leaves its set out."""
     out = []
     vnames = tuple(f"VDEV{i}" for i in range(vdevs))
     own = _trees(build, "vdev") if backend in ("vdev", "all") else []
     if own:
         out.append(DeviceSet("VDEV", vnames, own[0], VDEV_ENV))
+    rpc_trees = _trees(build, "vdev") if backend in ("rpc", "all") else []
+    server = _rpc_server_build(rpc_trees[0]) if rpc_trees else ""
+    if server:
+        rpc_tree = rpc_trees[0]
+        beside = tuple(f"VDEV{i}" for i in range(vdevs - 1))
+        out.append(DeviceSet("RPC0+VDEV", ("RPC0", *beside), rpc_tree, VDEV_ENV, server))
+        out.append(DeviceSet("VDEV+RPC0", (beside[0], "RPC0", *beside[1:]), rpc_tree, VDEV_ENV, server))
     vk = _tree_with(build, "vulkan", "Vulkan0", dict(VULKAN_ENV)) if backend in ("vulkan", "all") else None
     if vk:
         beside = tuple(f"VDEV{i}" for i in range(vdevs - 1))
@@ -218,6 +241,8 @@ def plan(options: SweepOptions) -> tuple[list[Cell], list[str]]:
                         cells.append(Cell(p, ds, build, "-", -1))
                     continue
                 for buffer in BUFFERS:
+                    if buffer == "pinned" and used[0].startswith("RPC"):
+                        continue  # pinned is the first device's host buffer type: RPC has none
                     for parallel in (0, 1):
                         cells.append(Cell(p, ds, build, buffer, parallel))
     return cells, problems
@@ -308,7 +333,19 @@ def _merge_race(races: dict, r: dict, run: int, trace: str, wrong: bool) -> None
 
 
 def run_cell(cell: Cell, options: SweepOptions) -> CellResult:
-    """Every run of one cell: traced, compared with the CPU alone, its races found."""
+    """Every run of one cell: traced, compared with the CPU alone, its races found; with the cell's
+    own RPC server running where its set has one (untraced: its CPU backend is synchronous)."""
+    if not cell.device_set.rpc_server:
+        return _run_cell(cell, options, [])
+    with contextlib.ExitStack() as stack:
+        try:
+            endpoint = stack.enter_context(programs.rpc_server(cell.device_set.rpc_server))
+        except RuntimeError as e:  # the server did not start
+            return CellResult(cell, verdict="ERROR", error=str(e))
+        return _run_cell(cell, options, ["--rpc", endpoint])
+
+
+def _run_cell(cell: Cell, options: SweepOptions, extra_args: list[str]) -> CellResult:
     from .. import analysis
 
     t0 = time.monotonic()
@@ -319,7 +356,7 @@ def run_cell(cell: Cell, options: SweepOptions) -> CellResult:
     out_dir = Path(options.out) / "cells" / cell.name
     out_dir.mkdir(parents=True, exist_ok=True)
     base = libraries_first(tree_bin)  # the tree's own libraries first: a patched libggml-base beside
-    args = _scenario_args(cell)
+    args = _scenario_args(cell) + extra_args
     try:
         ref = subprocess.run([exe, cell.pattern, "--cpu-only", *args], capture_output=True, text=True,
                              timeout=options.timeout, env=base)
