@@ -38,6 +38,9 @@ QWEN_MODEL    := $(BUILD_DIR)/models/tiny-qwen35.gguf
 # the hooks, the virtual devices and the test programs, run here under Wine
 WIN_BUILDS := 10524 10531 11434
 WIN_HOOKS  := $(foreach b,$(WIN_BUILDS),$(BUILD_DIR)/win/llama-b$(b)/bin/ggml-trace-hooks.dll)
+# and b10524's llama-completion.exe as llama.cpp's Windows releases lay it out (its backends DLLs it
+# loads), the hooks beside it: the #23321 race diagnosed from a Windows llama.cpp program
+WIN_RELEASE := $(BUILD_DIR)/win/release-b10524/bin/ggml-trace-hooks.dll
 WINE       := /usr/lib/wine/wine64
 
 .PHONY: setup vulkan windows demo check test docs bench clean
@@ -124,9 +127,10 @@ $(BUILD_DIR)/llama-b11434-ppsync/bin/libggml-trace-hooks.so: $(BUILD_DIR)/llama-
 $(VK_PP_PATCHED): $(BUILD_DIR)/llama-b10531-vulkan/bin/libggml-trace-hooks.so patches/pipeline-host-reads.patch scripts/build_patched_base.sh
 	scripts/build_patched_base.sh b10531 b10531-vulkan patches/pipeline-host-reads.patch ppfix
 
-# MinGW-w64 and Wine (Debian's packages), ggml cross-built (~25 s a build), the hooks beside it, and a
-# Wine prefix of our own (build/wine: the tests use it, never the user's ~/.wine)
-windows: $(WIN_HOOKS) $(BUILD_DIR)/wine/.ready
+# MinGW-w64 and Wine (Debian's packages), ggml cross-built (~25 s a build), the hooks beside it, the
+# released layout's llama-completion (~4 min), and a Wine prefix of our own (build/wine: the tests use
+# it, never the user's ~/.wine)
+windows: $(WIN_HOOKS) $(WIN_RELEASE) $(BUILD_DIR)/wine/.ready
 
 $(BUILD_DIR)/.mingw-wine:
 	command -v x86_64-w64-mingw32-g++-posix >/dev/null && test -x $(WINE) || (apt-get update -qq && \
@@ -139,6 +143,14 @@ $(BUILD_DIR)/win/llama-b%/bin/ggml.dll: $(BUILD_DIR)/src/llama-b%/.fetched scrip
 
 $(BUILD_DIR)/win/llama-b%/bin/ggml-trace-hooks.dll: $(BUILD_DIR)/win/llama-b%/bin/ggml.dll $(HOOK_SOURCES) scripts/windows/cross_hooks.sh
 	scripts/windows/cross_hooks.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/win/llama-b$*/bin b$*
+
+$(BUILD_DIR)/win/release-b%/bin/llama-completion.exe: $(BUILD_DIR)/src/llama-b%/.fetched scripts/windows/cross_llama.sh scripts/windows/mingw-w64.cmake | $(BUILD_DIR)/.mingw-wine
+	scripts/windows/cross_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/win/release-b$*
+	touch $@
+
+# the hooks and virtual devices built against the same sources, copied beside the program
+$(BUILD_DIR)/win/release-b%/bin/ggml-trace-hooks.dll: $(BUILD_DIR)/win/release-b%/bin/llama-completion.exe $(BUILD_DIR)/win/llama-b%/bin/ggml-trace-hooks.dll
+	cp -f $(BUILD_DIR)/win/llama-b$*/bin/ggml-trace-vdev.dll $(BUILD_DIR)/win/llama-b$*/bin/ggml-trace-hooks.dll $(BUILD_DIR)/win/release-b$*/bin/
 
 $(BUILD_DIR)/wine/.ready: | $(BUILD_DIR)/.mingw-wine
 	mkdir -p $(BUILD_DIR)/wine

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import windows
 from .issue import main_race, write_issue
 from .outputs import NOTE as COMPARED, first_difference, group_outputs, output_of, same_output
 from .record import Recording, record
@@ -593,6 +594,12 @@ def write_views(d: Diagnosis, folder: Path) -> None:
     d.environment = environment(t)
 
 
+def _is_injection(name: str, value: str) -> bool:
+    """The variable that brought the hooks into a Windows program (as LD_PRELOAD does on Linux,
+    which is not recorded): how it was traced, not how it ran."""
+    return name == "GGML_BACKEND_PATH" and value.replace("\\", "/").rsplit("/", 1)[-1].lower() == windows.HOOKS_DLL
+
+
 def environment(t) -> dict:
     """The build, hooks, devices and recorded variables of a trace, as ISSUE.md's table shows them."""
     from ..analysis.build_info import build_info
@@ -611,7 +618,8 @@ def environment(t) -> dict:
     return {"build": build_info(t.meta), "backend_api": t.meta.get("backend_api_version",
                                                                     t.header.get("backend_api_version")),
             "backends": backends, "gpus": gpus, "driver": nvml.get("driver") if isinstance(nvml, dict) else None,
-            "env": {k: v for k, v in recorded_env(t.meta).items() if not k.startswith("GGML_TRACE_")},
+            "env": {k: v for k, v in recorded_env(t.meta).items() if not k.startswith("GGML_TRACE_")
+                    and not _is_injection(k, v)},
             "virtual_devices": {k: v for k, v in recorded_env(t.meta).items() if k.startswith("GGML_TRACE_VDEV")
                                 or k == "GGML_TRACE_VIRTUAL_DEVICES"}}
 

@@ -22,6 +22,7 @@ from ..analysis.load import recorded_env
 
 from . import delay_spec
 from . import hooks as hooks_mod
+from . import windows
 from .outputs import group_outputs, same_output
 from .record import record
 
@@ -67,7 +68,14 @@ class Recorded:
             raise ForceError(f"{path}: META cmdline is empty")
         env = recorded_env(meta)
         rules = [r for r in meta.get("delay.rules", "").split(";") if r.strip()]
-        return cls(argv, meta["cwd"], env, meta.get("hooks_build", ""), rules)
+        cwd = meta["cwd"]
+        if meta.get("platform") == "windows":  # its own names of itself and its folder: run here (Wine)
+            try:
+                argv = windows.command_here(argv)
+            except RuntimeError as e:
+                raise ForceError(f"{path} is a Windows program's trace: {e}") from None
+            cwd = windows.host_path(cwd)
+        return cls(argv, cwd, env, meta.get("hooks_build", ""), rules)
 
     def environment(self) -> dict:
         """This process's environment with the ggml-related variables replaced by the recorded

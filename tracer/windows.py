@@ -6,6 +6,7 @@ programs see this machine's files as drive Z:."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,25 @@ def path_for_program(path) -> str:
     if os.name == "nt":
         return str(Path(path).resolve())
     return "Z:" + str(Path(path).resolve()).replace("/", "\\")
+
+
+def host_path(path: str) -> str:
+    """A path a Windows program named, as this machine names it: itself on Windows; under Wine,
+    drive Z: is the root (path_for_program's inverse)."""
+    if os.name == "nt" or not re.match(r"[zZ]:\\", path):
+        return path
+    return "/" + path[3:].replace("\\", "/")
+
+
+def command_here(argv: list) -> list:
+    """A Windows program's own command line, as this machine runs it: under Wine where this is not
+    Windows. RuntimeError where that needs Wine and there is none."""
+    if os.name == "nt":
+        return list(argv)
+    runner = wine()
+    if runner is None:
+        raise RuntimeError("re-running a Windows program here needs Wine (wine64)")
+    return [runner, host_path(argv[0]), *argv[1:]]
 
 
 def injection_env(hooks, output) -> dict:

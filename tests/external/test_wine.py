@@ -2,7 +2,10 @@
 with MinGW-w64 (`make setup`: build/win/), the hooks brought in by ggml's backend loader
 (GGML_BACKEND_PATH), the traces read by the Linux analysis. The #23321 scenario on a virtual device
 is RED on b10524 with the same finding as the Linux build's, GREEN on b10531; a crash keeps what was
-recorded; hooks of another backend API are refused in one line and the program runs untraced."""
+recorded; hooks of another backend API are refused in one line and the program runs untraced. And
+b10524's llama-completion.exe, laid out as llama.cpp's Windows releases are, is diagnosed with the
+#23321 race, forced from its own trace under Wine, and clean on b10531's ggml-base."""
+import json
 import os
 import re
 import shutil
@@ -143,3 +146,49 @@ def test_build_hooks_puts_windows_hooks_beside_a_windows_build_and_record_finds_
     assert r.returncode == 0, r.stderr[-2000:]
     t = analysis.load(out)
     assert t.meta["hooks_build"] == "wine-test" and (t.calls["kind"] == "sched_graph_compute").sum() == 3
+
+
+# -- a llama.cpp program as the Windows releases lay it out ---------------------------------------
+
+RELEASE = WIN / "release-b10524" / "bin"  # ggml with its backends as DLLs, libllama, llama-completion.exe
+QWEN = ROOT / "build" / "models" / "tiny-qwen35.gguf"
+COMPLETION = ["-m", QWEN, "-n", "8", "-p", "the of and", "--temp", "0", "--seed", "1", "-no-cnv", "-ngl", "99", "-nkvo"]
+DIAGNOSE = ["--runs", "3", "--force-runs", "2", "--replay-runs", "0", "--max-races", "1", *VDEV_23321,
+            "--reference-dev", "none"]
+
+
+def diagnose_windows(out, program, env):
+    r = ggml_trace("diagnose", "-o", out, *DIAGNOSE, "--", WINE, program, *COMPLETION, env=env, timeout=600)
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    return r, json.loads((out / "diagnosis.json").read_text())
+
+
+def test_a_windows_llama_completion_is_diagnosed_with_the_23321_race(wine_env, tmp_path):
+    """No -dev in the command: the program loads its backends (ggml_backend_load_all, GGML_BACKEND_DL),
+    and the hooks with them; its CPU backend is a DLL loaded before the hooks are."""
+    if not (RELEASE / "llama-completion.exe").exists() or not QWEN.exists():
+        pytest.skip("needs `make setup` (build/win/release-b10524, the tiny Qwen model)")
+    out = tmp_path / "diag"
+    r, d = diagnose_windows(out, RELEASE / "llama-completion.exe", wine_env)
+    assert r.returncode == 1, r.stderr[-3000:]
+    m = d["races"][0]
+    a, b = m["race"]["a"], m["race"]["b"]
+    assert (a["backend"], a["tensor"], b["backend"]) == ("VDEV0", "model.input_embed", "CPU")  # as on Linux
+    assert m["force"]["verdict"] == "diverged"  # forced: the program re-run under Wine from its own trace
+    assert d["explained_by"] == m["number"] and len(d["differing_runs"]) >= 1
+    md = (out / "ISSUE.md").read_text()
+    assert re.search(r"\nwine64 \S*llama-completion\.exe -m \S*tiny-qwen35\.gguf", md), md  # what was run
+    assert "GGML_BACKEND_PATH" not in md and str(tmp_path) not in md and "Z:\\" not in md  # how it was traced
+
+
+def test_the_same_program_on_the_fixed_ggml_base_is_clean(wine_env, tmp_path):
+    """b10524's llama-completion on b10531's ggml-base.dll (the #23321 fix is there; the headers are
+    the same), as `--build b10531-...` patched builds run on Linux."""
+    if not (RELEASE / "llama-completion.exe").exists() or not QWEN.exists():
+        pytest.skip("needs `make setup` (build/win/release-b10524, the tiny Qwen model)")
+    fixed = tmp_path / "bin"
+    shutil.copytree(RELEASE, fixed)
+    shutil.copy(exe("b10531", "ggml-base.dll"), fixed / "ggml-base.dll")
+    r, d = diagnose_windows(tmp_path / "diag", fixed / "llama-completion.exe", wine_env)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert d["races"] == [] and d["differing_runs"] == [] and d["outputs"] == 1
