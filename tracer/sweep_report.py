@@ -33,10 +33,16 @@ def _axes(c: CellResult) -> str:
 
 
 def table_cell(group: list[CellResult]) -> str:
-    """The worst verdict of a column's cells for one pattern, and how many of them had it."""
+    """The worst verdict of a column's cells for one pattern, and how many of them had it; † where
+    a cell's reference failed (its runs compared only with each other)."""
     worst = min(group, key=lambda c: ORDER[c.verdict]).verdict
     n = sum(c.verdict == worst for c in group)
-    return MARK[worst] + (f" {n}/{len(group)}" if len(group) > 1 and worst != "GREEN" else "")
+    return (MARK[worst] + (f" {n}/{len(group)}" if len(group) > 1 and worst != "GREEN" else "")
+            + (" †" if any(_no_reference(c) for c in group) else ""))
+
+
+def _no_reference(c: CellResult) -> bool:
+    return bool(c.detail.get("reference_failed"))
 
 
 def markdown(result: SweepResult) -> str:
@@ -62,6 +68,14 @@ def markdown(result: SweepResult) -> str:
             group = [c for c in cells if c.cell.pattern == p and (c.cell.device_set.label, c.cell.build) == col]
             row.append(table_cell(group) if group else "–")
         lines.append("| " + " | ".join(row) + " |")
+    unreferenced = [c for c in cells if _no_reference(c)]
+    if unreferenced:
+        lines += ["", "† The reference failed: the runs were compared only with each other, which shows a "
+                  "difference between runs but not a wrong output that every run shares:", ""]
+        lines += [f"- {code(c.cell.pattern)} on {code(c.cell.build or 'its own ggml')}: "
+                  f"{text(c.detail['reference_failed'], 300)}" for c in unreferenced[:50]]
+        if len(unreferenced) > 50:
+            lines.append(f"- and {len(unreferenced) - 50} more (sweep.json: `reference_failed`)")
     lines += ["", "## Findings", ""]
     listed = 0
     bad = sorted((c for c in cells if c.verdict != "GREEN"), key=lambda c: (ORDER[c.verdict], c.cell.pattern))
@@ -112,6 +126,8 @@ def _finding_lines(c: CellResult) -> list[str]:
     out = [head]
     if c.detail.get("issue"):
         out.append(f"  - its diagnosis: {code(c.detail['issue'], 300)}")
+    if _no_reference(c):
+        out.append("  - its reference failed: the runs were compared with each other")
     if c.verdict == "RED" and not c.races:
         if c.detail.get("outputs") == 1 and c.runs > 1:  # the runs all printed one output, not the reference's
             out.append("  - no race in the traces, and every run printed the same output: a difference that does not "

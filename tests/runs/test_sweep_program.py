@@ -68,3 +68,21 @@ def test_the_page_is_a_table_of_configurations(swept):
     md = (out / "sweep.md").read_text()
     assert "| configuration | llama-completion<br>b10524 | llama-completion<br>b10531 |" in md
     assert "| `as given` | 🔴 RED | 🟢 |" in md and "| `--no-such-option` | ⚠️ ERROR | ⚠️ ERROR |" in md
+
+
+def test_cells_whose_reference_failed_compare_their_runs_and_say_so(tmp_path):
+    """A reference the program refuses (an option of ours it does not know): each cell's runs are
+    compared with each other, and the page marks the cell and says why."""
+    needs(QWEN, BUILD / "llama-b10531" / "bin" / "llama-completion")
+    program = shlex.join(["{bin}/llama-completion", "-m", str(QWEN), *QWEN_ARGS])
+    r = ggml_trace("sweep", "-o", tmp_path, "--program", program, "--build", "b10531", "--virtual-devices", "1",
+                   "--reference", "-dev none --no-such-option", "--axis", "reuse: LLAMA_GRAPH_REUSE_DISABLE=1",
+                   "--runs", "2", timeout=600)
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    d = json.loads((tmp_path / "sweep.json").read_text())
+    assert len(d["cells"]) == 2 and r.returncode == 0, r.stderr[-3000:]  # b10531: the runs agree, no race
+    for c in d["cells"]:
+        assert c["verdict"] == "GREEN" and c["outputs"] == 1
+        assert c["reference_failed"].startswith("exit status 1") and "--no-such-option" in c["reference_failed"]
+    md = (tmp_path / "sweep.md").read_text()
+    assert "| `as given` | 🟢 † |" in md and "compared only with each other" in md

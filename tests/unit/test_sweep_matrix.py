@@ -74,3 +74,17 @@ def test_the_page_of_a_program_sweep_names_configurations_and_their_diagnoses(tm
     j = json.loads(json.dumps(SweepResult(opts, [ok, red], [], 3.0).to_json()))
     assert j["cells"][1]["devices"] == ["VDEV0", "CPU"] and j["cells"][1]["issue"].endswith("ISSUE.md")
     assert j["options"]["program"] == ["llama-completion", "-m", "m.gguf"]
+
+
+def test_a_cell_whose_reference_failed_is_marked_and_says_so(tmp_path):
+    opts = ProgramSweepOptions(tmp_path, ("llama-completion", "-m", "m.gguf"), builds=("b10531",))
+    ds = DeviceSet("llama-completion", (), "b10531")
+    failed = {"reference_failed": "exit status 1: error: invalid argument: --no-such-option", "outputs": 1}
+    green = CellResult(ProgramCell((), 1, "b10531", ds), runs=2, verdict="GREEN", detail=failed)  # type: ignore[arg-type]
+    red = CellResult(ProgramCell(("-nkvo",), 2, "b10531", ds), runs=2, wrong_runs=1, verdict="RED",  # type: ignore[arg-type]
+                     detail=dict(failed, outputs=2))
+    ok = CellResult(ProgramCell(("-fa on",), 3, "b10531", ds), runs=2, verdict="GREEN")  # type: ignore[arg-type]
+    md = sweep_report.markdown(SweepResult(opts, [green, red, ok], [], 3.0))
+    assert "| `as given` | 🟢 † |" in md and "| `-nkvo` | 🔴 RED † |" in md and "| `-fa on` | 🟢 |" in md
+    assert md.count("invalid argument: --no-such-option") == 2  # each cell whose reference failed, said once
+    assert "compared only with each other" in md and "its reference failed" in md
