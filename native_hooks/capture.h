@@ -24,6 +24,16 @@ inline bool capturing() {
            g_capture_on.load(std::memory_order_relaxed);
 }
 
+// The hooks' own ggml calls on this thread (a device-side delay's products: their buffer, their
+// chains, reading one back): not the program's, so not recorded. While one lives; they nest.
+inline thread_local int t_own_calls = 0;
+struct OwnCalls {
+    OwnCalls() { t_own_calls++; }
+    ~OwnCalls() { t_own_calls--; }
+    OwnCalls(const OwnCalls &) = delete;
+    OwnCalls & operator=(const OwnCalls &) = delete;
+};
+
 // The program's ggml does not match the hooks' build: says why and runs untraced from here on.
 void disable(const char * why);
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "capture.h"
 #include "device_timing.h"
 #include "ggml_api.h"
 #include "registry.h"
@@ -151,7 +152,7 @@ bool time_chains(Work & w, const ggml_backend_i & orig, double & few, double & m
     if (!g_many || run_chain(w, orig, g_few) <= 0 || run_chain(w, orig, g_many) <= 0) return false;
     few = many = 0;
     auto t0 = std::chrono::steady_clock::now();
-    for (int pair = 0, held = 0; held < STABLE_PAIRS; pair++, held++) {
+    for (int held = 0; held < STABLE_PAIRS; held++) {
         double a = run_chain(w, orig, g_few), b = run_chain(w, orig, g_many);
         if (a <= 0 || b <= 0) return false;
         few = few == 0 ? a : std::min(few, a);
@@ -170,6 +171,7 @@ void work_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i &
     if (!g_graph.ok) return;
     Work & w = g_work[index];
     std::lock_guard<std::mutex> lock(w.m);
+    OwnCalls own;
     w.backend = backend;
     for (int n = MIN_N; n <= MAX_N; n *= 2) {
         if (!allocate(w, n)) break;
@@ -207,6 +209,7 @@ bool work_delay(ggml_backend_t backend, uint32_t index, const ggml_backend_i & o
     if (ns == 0) return true;  // (rand: can draw 0) nothing to enqueue
     reps = std::max(reps, 1);
     std::lock_guard<std::mutex> lock(w.m);
+    OwnCalls own;  // a new chain's tensors placed in the products' buffer
     ggml_cgraph * graph = chain(w, reps);
     if (!graph) return false;
     TimedOp op = device_timing_begin(backend, index, orig);

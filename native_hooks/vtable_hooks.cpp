@@ -138,7 +138,7 @@ struct Hook<Field, Kind, Describe, Options> {
         if constexpr ((Options & PEER_COPY) != 0) owner = first_of(a...);
         Saved<I> s = saved(owner);
         R (*orig)(O, A...) = s.orig.*Field;
-        if (!capturing()) {
+        if (!capturing() || t_own_calls) {
             return orig(obj, a...);
         }
         if constexpr ((Options & DRAINS) != 0) host_writes_before_wait();

@@ -48,18 +48,29 @@ def test_the_receivers_race_is_found_on_the_virtual_device_and_not_on_rpc(swept)
     assert all(c["verdict"] == "GREEN" for c in d["cells"] if c["pattern"] == "chain")
 
 
-def test_a_delay_on_rpc_is_work_on_the_server_sized_through_it(tmp_path):
-    out = tmp_path / "d.ggmltrace"
+def test_a_delay_on_rpc_is_work_on_the_server_sized_through_it_and_not_traced(tmp_path):
     exe = programs.program("b11434", "ggml-trace-scenarios")
+    traces = {}
     with programs.rpc_server("b11434") as endpoint:
-        r = ggml_trace("record", "--build", "b11434", "--virtual-devices", "1", "--delay", "RPC0:graph_compute:5000",
-                       "-o", out, "--", exe, "chain", "--device", "VDEV0", "--device", "RPC0", "--rpc", endpoint,
-                       "--seed", "1", "--buffer", "pageable", "--parallel", "0", timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    t = analysis.load(out)
+        for name, delay in (("plain", []), ("delayed", ["--delay", "RPC0:graph_compute:5000"])):
+            traces[name] = out = tmp_path / f"{name}.ggmltrace"
+            r = ggml_trace("record", "--build", "b11434", "--virtual-devices", "1", *delay, "-o", out, "--", exe,
+                           "chain", "--device", "VDEV0", "--device", "RPC0", "--rpc", endpoint, "--seed", "1",
+                           "--buffer", "pageable", "--parallel", "0", timeout=300)
+            assert r.returncode == 0, r.stderr[-3000:]
+    t = analysis.load(traces["delayed"])
     assert len(t.delays) >= 1 and set(t.delays["where"].astype(str)) == {"work"}
     (sized,) = [v for k, v in t.meta.items() if k.startswith("delay.work.")]
     # a product timed only until RPC's synchronize returned (the graph sent) came out at 0.4 us on
     # 2048 x 2048; read back, the first size that takes 50 us on the server's CPU is taken
     n, us = sized.split("products of ")[1].split("x")[0], float(sized.split(": ")[1].split(" us each")[0])
     assert int(n) < 2048 and us >= 50, sized
+    # the products' buffer, its weights and the read-backs that sized them are the hooks' own calls,
+    # not the program's: the delayed trace holds the same buffer calls as the plain one
+
+    def buffer_calls(trace):
+        c = analysis.load(trace).calls
+        c = c[c["kind"].astype(str).str.startswith("buf_")]
+        return c.groupby([c["kind"].astype(str), c["backend"].astype(str).str[:4]]).size().to_dict()
+
+    assert buffer_calls(traces["delayed"]) == buffer_calls(traces["plain"])
