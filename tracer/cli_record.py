@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from . import hooks as hooks_mod
-from . import snapshots
+from . import snapshots, windows
 from .cli_common import EXIT_BAD_INPUT, printable, say, shown
 from .delay_spec import ENV as DELAY_ENV, DelaySpecError
 from .record import record, ring_env
@@ -55,15 +55,17 @@ def run_record(program: Program, options: RecordOptions) -> int:
     except DelaySpecError as e:
         print(f"ggml-trace record: {e} (see docs/delay.md)", file=sys.stderr)
         return 2
-    except hooks_mod.HooksNotFound as e:
+    except (hooks_mod.HooksNotFound, ValueError) as e:  # ValueError: --launch without a Windows program
         print(f"ggml-trace record: {e}", file=sys.stderr)
         return 2
     rules = ";".join(trace.delays) or env.get(DELAY_ENV, "")
     if rules:
         print(f"ggml-trace: delay rules in effect: {rules} (injected delays: trace.delays)", file=sys.stderr)
     if not rec.traces:
+        launch = ("; a Windows program that never calls ggml_backend_load_all() takes the hooks only with --launch"
+                  if windows.is_windows_hooks(lib) and not trace.launch else "")
         print(f"ggml-trace: {program.cmd[0]} ({rec.describe_exit()}) wrote no trace: it never created a "
-              "ggml backend scheduler, or the hooks did not match its ggml (see the message above)",
+              f"ggml backend scheduler, or the hooks did not match its ggml (see the message above){launch}",
               file=sys.stderr)
     for t in rec.traces:
         print(f"ggml-trace: trace written to {t} ({t.stat().st_size} bytes; program {rec.describe_exit()})",

@@ -236,7 +236,10 @@ def _reference_env(ggml_dir: Path | None, hooks: Path) -> dict:
     trace nothing: they drain llama.cpp's logger at exit, which an untraced run can cut short
     (upstream #22142: seen losing a reference's whole output)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_TRACE_")}
-    env["LD_PRELOAD"] = str(hooks)
+    if windows.is_windows_hooks(hooks):  # a Windows program: through ggml's loader (LD_PRELOAD is Linux's)
+        env["GGML_BACKEND_PATH"] = windows.path_for_program(hooks)
+    else:
+        env["LD_PRELOAD"] = str(hooks)
     if ggml_dir:
         from .hooks import libraries_first
 

@@ -112,8 +112,8 @@ def trace_env(hooks: Path, output: Path, paused: bool = False, base=None, delays
         env[delay_spec.ENV] = delay_spec.env_value(delays)
     elif env.get(delay_spec.ENV):
         delay_spec.parse([env[delay_spec.ENV]])
-    if windows.is_windows_hooks(hooks):  # ggml's backend loader brings them in; they load the virtual devices
-        env.update(windows.injection_env(hooks, output))
+    if windows.is_windows_hooks(hooks):  # ggml's backend loader (or the launcher) brings them in
+        env.update(windows.injection_env(hooks, output, launched=env.get(windows.LAUNCH_ENV) == "1"))
     else:
         preload = [str(hooks)] + virtual_devices_library(hooks, env)
         preload += [p for p in env.get("LD_PRELOAD", "").split(":") if p]
@@ -141,6 +141,8 @@ def record(cmd: list, hooks: Path, output: Path, paused: bool = False, nvml: boo
     then SIGKILL); its trace keeps what it recorded, and the Recording says timed_out."""
     output = Path(output).resolve()
     env = trace_env(hooks, output, paused, popen_kwargs.pop("env", None), delays)
+    if windows.is_windows_hooks(hooks) and env.get(windows.LAUNCH_ENV) == "1":
+        cmd = windows.launched(cmd, hooks)
     clear_traces(output)
     sampler = NvmlSampler(nvml_interval_ms) if nvml else None
     taken: list = []  # snapshots.Snapshot

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import hooks as hooks_mod
+from . import windows
 
 VDEV_LATENCY_US = "0"
 HOST_WRITES = "infer"  # the program's own stores into graph inputs: inferred (docs/integrated.md)
@@ -53,6 +54,7 @@ class TraceOptions:
     device_timing: bool = False
     cupti: str | None = None  # "graphs" or "kernels"
     delays: list[str] = field(default_factory=list)  # --delay SPEC, each
+    launch: bool = False  # a Windows program started through the launcher beside the hooks
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TraceOptions:
@@ -140,6 +142,9 @@ def add_program_options(p, build: bool = True) -> None:
     p.add_argument("--delay", action="append", dest="delays", metavar="SPEC",
                    help="inject a delay before the operations SPEC selects, e.g. "
                         "'VDEV0:graph_compute,split=1:2000' (repeatable; docs/delay.md)")
+    p.add_argument("--launch", action="store_true",
+                   help="Windows: start the program through ggml-trace-launch.exe (beside the hooks), which loads "
+                        "the hooks into it: for a program that never calls ggml_backend_load_all() (docs/windows.md)")
 
 
 def hooks_library(program: Program, options: TraceOptions) -> Path:
@@ -148,6 +153,9 @@ def hooks_library(program: Program, options: TraceOptions) -> Path:
     lib = Path(options.hooks) if options.hooks else hooks_mod.hooks_for(program.executable, options.build)
     if not lib.exists():
         raise hooks_mod.HooksNotFound(f"no hook library at {lib}")
+    if options.launch and not (windows.is_windows_hooks(lib) and lib.with_name(windows.LAUNCHER).exists()):
+        raise hooks_mod.HooksNotFound(f"--launch starts a Windows program through {windows.LAUNCHER} beside its hooks, "
+                                      f"and there is none beside {lib} (docs/windows.md)")
     return lib
 
 
@@ -181,4 +189,6 @@ def program_env(options: TraceOptions, ggml_dir: Path | None, base: dict | None 
         env["GGML_TRACE_DEVICE_TIMING"] = "1"
     if options.cupti:
         env["GGML_TRACE_CUPTI"] = "kernels" if options.cupti == "kernels" else "1"
+    if options.launch:
+        env[windows.LAUNCH_ENV] = "1"
     return env

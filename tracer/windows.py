@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 
 HOOKS_DLL = "ggml-trace-hooks.dll"
+LAUNCHER = "ggml-trace-launch.exe"  # beside the hooks: for a program that never calls ggml_backend_load_all()
+LAUNCH_ENV = "GGML_TRACE_LAUNCH"     # "1": start the program through it (recorded, so force does the same)
 WINE = ("wine64", "/usr/lib/wine/wine64", "wine")  # Debian puts wine64 outside PATH
 
 
@@ -49,9 +51,25 @@ def command_here(argv: list) -> list:
     return [runner, host_path(argv[0]), *argv[1:]]
 
 
-def injection_env(hooks, output) -> dict:
-    """The variables that bring the hooks into a Windows program and name its trace."""
-    return {"GGML_BACKEND_PATH": path_for_program(hooks), "GGML_TRACE_OUTPUT": path_for_program(output)}
+def injection_env(hooks, output, launched: bool = False) -> dict:
+    """The variables that bring the hooks into a Windows program and name its trace (a launched
+    program gets the hooks from the launcher instead)."""
+    env = {"GGML_TRACE_OUTPUT": path_for_program(output)}
+    if not launched:
+        env["GGML_BACKEND_PATH"] = path_for_program(hooks)
+    return env
+
+
+def launched(cmd: list, hooks) -> list:
+    """`cmd` started through the launcher beside `hooks`: `LAUNCHER HOOKS PROGRAM.exe ARGS`, after
+    Wine where the command runs under it. ValueError where the command holds no Windows program."""
+    words = [str(w) for w in cmd]
+    i = next((k for k, w in enumerate(words) if is_windows_program(w)), None)
+    if i is None:
+        raise ValueError(f"no Windows program (.exe) to launch in: {' '.join(words)}")
+    launcher = Path(hooks).with_name(LAUNCHER)
+    first = path_for_program(launcher) if i == 0 else str(launcher)  # Wine starts a Linux path
+    return [*words[:i], first, path_for_program(hooks), path_for_program(words[i]), *words[i + 1:]]
 
 
 def hooks_beside(program: str) -> Path | None:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # cross_hooks.sh SRC BIN NAME: the hooks (ggml-trace-hooks.dll), the virtual devices
-# (ggml-trace-vdev.dll), the scenario program (ggml-trace-scenarios.exe) and the capture tests'
-# sched-loop.exe built for Windows with
-# MinGW-w64 against the llama.cpp tree SRC, beside the Windows ggml in BIN (cross_ggml.sh's), as
-# build NAME (docs/windows.md).
+# (ggml-trace-vdev.dll), the launcher (ggml-trace-launch.exe), the scenario program
+# (ggml-trace-scenarios.exe) and the capture tests' sched-loop.exe built for Windows with MinGW-w64
+# against the llama.cpp tree SRC, beside the Windows ggml in BIN (cross_ggml.sh's), as build NAME
+# (docs/windows.md).
 set -euo pipefail
 src=$(realpath "$1"); bin=$(realpath "$2"); name=$3
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
@@ -17,7 +17,7 @@ cmake -S "$root" -B "$work" -DCMAKE_TOOLCHAIN_FILE="$here/mingw-w64.cmake" -DCMA
   -DGGML_SOURCE_DIR="$src" -DGGML_TRACE_BUILD_NAME="$name" "${programs[@]}" -DGGML_TRACE_NO_CUPTI=ON \
   > "$work.configure.log" 2>&1 || { tail -30 "$work.configure.log"; exit 1; }
 cmake --build "$work" -j "${JOBS:-2}" > "$work.build.log" 2>&1 || { tail -40 "$work.build.log"; exit 1; }
-for f in ggml-trace-hooks.dll ggml-trace-vdev.dll ggml-trace-scenarios.exe sched-loop.exe; do
+for f in ggml-trace-hooks.dll ggml-trace-vdev.dll ggml-trace-launch.exe ggml-trace-scenarios.exe sched-loop.exe; do
   [ -f "$work/$f" ] && cp -f "$work/$f" "$bin/"
 done
 true

@@ -192,3 +192,36 @@ def test_the_same_program_on_the_fixed_ggml_base_is_clean(wine_env, tmp_path):
     r, d = diagnose_windows(tmp_path / "diag", fixed / "llama-completion.exe", wine_env)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert d["races"] == [] and d["differing_runs"] == [] and d["outputs"] == 1
+
+
+# -- a program that never calls ggml_backend_load_all(): the launcher -------------------------------
+
+def test_a_program_that_never_loads_backends_is_traced_through_the_launcher(wine_env, tmp_path):
+    prog = [WINE, exe("b10531", "sched-loop.exe"), "3", "exit", "--no-load-all"]
+    plain = ggml_trace("record", "-o", tmp_path / "plain.ggmltrace", "--no-nvml", "--build", "b10531", "--", *prog,
+                       env=wine_env, timeout=300)
+    assert plain.returncode == 0 and "wrote no trace" in plain.stderr and "--launch" in plain.stderr, plain.stderr
+    out = tmp_path / "launched.ggmltrace"
+    r = ggml_trace("record", "-o", out, "--no-nvml", "--build", "b10531", "--launch", "--", *prog, env=wine_env,
+                   timeout=300)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "computed 3", r.stderr[-2000:]
+    t = analysis.load(out)
+    assert t.warnings == [] and (t.calls["kind"] == "sched_graph_compute").sum() == 3
+    # the program's own command line, and how it was launched (force re-launches it so)
+    assert t.meta["cmdline"].split("\0")[0].endswith("sched-loop.exe")
+    assert "GGML_TRACE_LAUNCH=1" in t.meta["env"] and "GGML_BACKEND_PATH" not in t.meta["env"]
+
+
+def test_a_launched_runs_race_is_forced_by_launching_it_again(wine_env, tmp_path):
+    out = tmp_path / "w.ggmltrace"
+    r = ggml_trace("record", "-o", out, "--no-nvml", "--build", "b10524", "--launch", *VDEV_23321, "--", WINE,
+                   exe("b10524", "ggml-trace-scenarios.exe"), *SCENARIO, env=wine_env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(analysis.races(analysis.load(out)).to_json()["races"]) == 1
+    f = ggml_trace("force", out, "--runs", "1", "--baseline-runs", "0", "--out", tmp_path / "force", env=wine_env,
+                   timeout=300)
+    assert "Traceback" not in f.stderr, f.stderr[-3000:]
+    runs = sorted((tmp_path / "force").glob("forced-*.ggmltrace"))
+    assert runs, f.stdout + f.stderr[-3000:]
+    assert "GGML_TRACE_LAUNCH=1" in analysis.load(runs[0]).meta["env"]  # launched again, not through ggml's loader
+    assert "manifested" in f.stdout, f.stdout

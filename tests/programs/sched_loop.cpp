@@ -2,7 +2,7 @@
 // N times, prints "computed K" after each compute, then ends as asked (normally, abort(), SIGSEGV,
 // or by computing on until it is killed from outside); with `seconds` it computes for N seconds
 // and ends normally, so a test's run lasts as long on a fast machine as on a slow one.
-//   sched-loop N [exit|abort|segv|forever|seconds]
+//   sched-loop N [exit|abort|segv|forever|seconds] [--no-load-all]
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +17,9 @@
 
 int main(int argc, char ** argv) {
 #ifdef _WIN32
-    ggml_backend_load_all();  // as llama.cpp's programs do: on Windows the hooks come in so
+    // as llama.cpp's programs do: on Windows the hooks come in so (GGML_BACKEND_PATH); with
+    // --no-load-all, as a program that never does (its hooks then come in through ggml-trace-launch)
+    if (!(argc > 3 && strcmp(argv[3], "--no-load-all") == 0)) ggml_backend_load_all();
 #endif
     int n = argc > 1 ? atoi(argv[1]) : 10;
     const char * end = argc > 2 ? argv[2] : "exit";

@@ -29,3 +29,16 @@ def test_a_windows_trace_reruns_under_wine_or_says_it_cannot(monkeypatch):
         Recorded.from_meta(meta, "t.ggmltrace")
     linux = Recorded.from_meta(dict(meta, platform="linux", cmdline="/bin/prog\0-x\0", cwd="/w"), "t.ggmltrace")
     assert linux.argv == ["/bin/prog", "-x"] and linux.cwd == "/w"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Wine's drive Z: is Linux's")
+def test_a_launched_command_puts_the_launcher_and_the_hooks_before_the_program(tmp_path):
+    hooks = tmp_path / "bin" / windows.HOOKS_DLL
+    cmd = ["/usr/lib/wine/wine64", tmp_path / "app" / "llama-cli.exe", "-m", "m.gguf"]
+    assert windows.launched(cmd, hooks) == [
+        "/usr/lib/wine/wine64", str(tmp_path / "bin" / windows.LAUNCHER),  # Wine starts it by its Linux path
+        windows.path_for_program(hooks), windows.path_for_program(tmp_path / "app" / "llama-cli.exe"), "-m", "m.gguf"]
+    with pytest.raises(ValueError, match="no Windows program"):
+        windows.launched(["/bin/true"], hooks)
+    env = windows.injection_env(hooks, tmp_path / "t.ggmltrace", launched=True)
+    assert "GGML_BACKEND_PATH" not in env and env["GGML_TRACE_OUTPUT"].endswith("t.ggmltrace")
