@@ -172,7 +172,7 @@ class _Analysis:
         # command on a server's memory, its buffers' set/get/memset/copy as well as its graphs, through
         # one sender, and the server runs them in order: there a buffer call is a queue operation too.
         fifo = np.zeros(len(cats) + 1, bool)
-        fifo[:-1] = is_async[:-1] & np.array([str(x).startswith("RPC") for x in cats], bool)
+        fifo[:-1] = is_async[:-1] & cats.astype(str).str.startswith("RPC")
         self.c_fifo_buffer = kind_is(FIFO_BUFFER_KINDS) & fifo[self.c_backend]
         enq = (kind_is(ENQUEUE_KINDS) & on_async & ~declined) | self.c_fifo_buffer
         self.c_enq = enq
