@@ -210,6 +210,11 @@ def test_a_program_that_never_loads_backends_is_traced_through_the_launcher(wine
     # the program's own command line, and how it was launched (force re-launches it so)
     assert t.meta["cmdline"].split("\0")[0].endswith("sched-loop.exe")
     assert "GGML_TRACE_LAUNCH=1" in t.meta["env"] and "GGML_BACKEND_PATH" not in t.meta["env"]
+    # launched, no ggml loader checks the hooks' API version: their own layout check refuses b11434's
+    other = ggml_trace("record", "-o", tmp_path / "other.ggmltrace", "--no-nvml", "--launch", "--hooks",
+                       exe("b11434", "ggml-trace-hooks.dll"), "--", *prog, env=wine_env, timeout=300)
+    assert other.returncode == 0 and other.stdout.splitlines()[-1] == "computed 3", other.stderr[-2000:]
+    assert "backend API version 2, the hooks were built for 3" in other.stderr and "Running untraced" in other.stderr
 
 
 def test_a_launched_runs_race_is_forced_by_launching_it_again(wine_env, tmp_path):
