@@ -597,12 +597,6 @@ def write_views(d: Diagnosis, folder: Path) -> None:
     d.environment = environment(t)
 
 
-def _is_injection(name: str, value: str) -> bool:
-    """The variable that brought the hooks into a Windows program (as LD_PRELOAD does on Linux,
-    which is not recorded): how it was traced, not how it ran."""
-    return name == "GGML_BACKEND_PATH" and value.replace("\\", "/").rsplit("/", 1)[-1].lower() == windows.HOOKS_DLL
-
-
 def environment(t) -> dict:
     """The build, hooks, devices and recorded variables of a trace, as ISSUE.md's table shows them."""
     from ..analysis.build_info import build_info
@@ -622,7 +616,7 @@ def environment(t) -> dict:
                                                                     t.header.get("backend_api_version")),
             "backends": backends, "gpus": gpus, "driver": nvml.get("driver") if isinstance(nvml, dict) else None,
             "env": {k: v for k, v in recorded_env(t.meta).items() if not k.startswith("GGML_TRACE_")
-                    and not _is_injection(k, v)},
+                    and not windows.is_injection(k, v)},
             "virtual_devices": {k: v for k, v in recorded_env(t.meta).items() if k.startswith("GGML_TRACE_VDEV")
                                 or k == "GGML_TRACE_VIRTUAL_DEVICES"}}
 

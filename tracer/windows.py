@@ -1,8 +1,9 @@
 """Windows programs (docs/windows.md). A Windows build of ggml binds each import to the DLL that
 exports it, so there is no LD_PRELOAD: the hooks come in through ggml's own backend loader, which
 loads the DLL that GGML_BACKEND_PATH names when the program calls `ggml_backend_load_all()` (as
-llama.cpp's programs do). The program runs natively on Windows, or on Linux under Wine, whose
-programs see this machine's files as drive Z:."""
+llama.cpp's programs do), or, for a program that never does, through the launcher beside them.
+The program runs natively on Windows, or on Linux under Wine, whose programs see this machine's
+files as drive Z:."""
 from __future__ import annotations
 
 import os
@@ -58,6 +59,12 @@ def injection_env(hooks, output, launched: bool = False) -> dict:
     if not launched:
         env["GGML_BACKEND_PATH"] = path_for_program(hooks)
     return env
+
+
+def is_injection(name: str, value: str) -> bool:
+    """Whether a recorded variable is the one injection_env set to bring the hooks in (as LD_PRELOAD
+    does on Linux, which is not recorded): how the program was traced, not how it ran."""
+    return name == "GGML_BACKEND_PATH" and value.replace("\\", "/").rsplit("/", 1)[-1].lower() == HOOKS_DLL
 
 
 def launched(cmd: list, hooks) -> list:

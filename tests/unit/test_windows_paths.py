@@ -15,6 +15,10 @@ def test_drive_z_is_the_root_both_ways(tmp_path):
     assert windows.host_path(seen) == str((tmp_path / "a b" / "x.exe").resolve())
     assert windows.host_path("C:\\Windows\\x.dll") == "C:\\Windows\\x.dll"  # not this machine's: as it is
     assert windows.host_path("models/m.gguf") == "models/m.gguf"
+    # the variable that brought the hooks in is the tracer's, not the program's; another backend's is
+    hooks = windows.injection_env(tmp_path / windows.HOOKS_DLL, tmp_path / "t")["GGML_BACKEND_PATH"]
+    assert windows.is_injection("GGML_BACKEND_PATH", hooks)
+    assert not windows.is_injection("GGML_BACKEND_PATH", "C:\\backends\\ggml-mine.dll")
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Wine's drive Z: is Linux's")
