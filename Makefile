@@ -144,7 +144,7 @@ $(BUILD_DIR)/win/llama-b%/bin/ggml.dll: $(BUILD_DIR)/src/llama-b%/.fetched scrip
 $(BUILD_DIR)/win/llama-b%/bin/ggml-trace-hooks.dll: $(BUILD_DIR)/win/llama-b%/bin/ggml.dll $(HOOK_SOURCES) scripts/windows/cross_hooks.sh
 	scripts/windows/cross_hooks.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/win/llama-b$*/bin b$*
 
-$(BUILD_DIR)/win/release-b%/bin/llama-completion.exe: $(BUILD_DIR)/src/llama-b%/.fetched scripts/windows/cross_llama.sh scripts/windows/mingw-w64.cmake | $(BUILD_DIR)/.mingw-wine
+$(BUILD_DIR)/win/release-b%/bin/llama-completion.exe: $(BUILD_DIR)/src/llama-b%/.fetched scripts/windows/cross_llama.sh scripts/windows/cross_ggml.sh scripts/windows/mingw-w64.cmake | $(BUILD_DIR)/.mingw-wine
 	scripts/windows/cross_llama.sh $(BUILD_DIR)/src/llama-b$*/llama.cpp $(BUILD_DIR)/win/release-b$*
 	touch $@
 
