@@ -16,8 +16,8 @@ from .columns import Columns
 from .raw_trace import TickClock
 from .trace_format import (
     FILE_HEADER_DTYPE, GPU_CORRELATION, GPU_GRAPH, GPU_KERNEL, HEADER_SIZE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER,
-    REC_CALL, REC_CLOCK, REC_GPU, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_SIZE,
-    STRING_PIECE, BUF_FREED, BUF_SEEN, ACC_READ, ACC_WRITE, CALL_ID_THREAD_SHIFT, MAX_BACKENDS, MAX_THREAD,
+    REC_CALL, REC_CLOCK, REC_CUDA, REC_GPU, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_SIZE,
+    STRING_PIECE, BUF_FREED, BUF_SEEN, ACC_READ, ACC_WRITE, CALL_ID_THREAD_SHIFT, CUDA_OPS, MAX_BACKENDS, MAX_THREAD,
     TraceFormatError,
 )
 
@@ -188,4 +188,11 @@ def check_records(parts: dict[int, Parts], header: dict) -> list[Problem]:
 
     nest = parts[REC_NEST]
     drop(REC_NEST, u64(nest, "thread") >= MAX_THREAD, "NEST records with a thread out of range")
+
+    # CUDA: a known operation, a thread, a time in the run, a device ordinal
+    cu = parts[REC_CUDA]
+    op = cu.recs["op"].astype(np.int64)
+    bad = (op < min(CUDA_OPS)) | (op > max(CUDA_OPS)) | (u64(cu, "thread") >= MAX_THREAD) | ~tick_ok(cu.recs["t"])
+    drop(REC_CUDA, bad | (cu.recs["device"].astype(np.int64) >= MAX_GPU_DEVICES),
+         "CUDA records with a bad operation, thread, time or device")
     return problems

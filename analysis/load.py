@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .arrays import frame_of, kind_ids, lookup, pick_lifetime
+from .cuda_frames import cuda_frame, node_reads_frame
 from .frames import SOURCE_PRIORITY, Loader, backend_labels
 from .kinds import SCHED_KINDS
 from .meta import recorded_env
@@ -36,7 +37,7 @@ FRAME_NEEDS: dict[str, tuple[str, ...]] = {
     "threads": (), "backends": (), "buffers": ("backends",), "calls": ("backends",),
     "accesses": ("buffers", "calls"), "allocations": ("buffers", "calls"), "copies": ("buffers", "calls"),
     "splits": ("copies",), "sync": ("calls",), "marks": ("calls",), "gpu": ("calls",), "device": ("gpu",),
-    "gpu_samples": (), "delays": ("device",),
+    "gpu_samples": (), "delays": ("device",), "cuda": ("calls",), "node_reads": ("buffers", "calls"),
 }
 
 
@@ -59,6 +60,8 @@ class Trace:
     gpu: pd.DataFrame
     gpu_samples: pd.DataFrame
     delays: pd.DataFrame
+    cuda: pd.DataFrame        # CUDA streams mode: ggml-cuda's runtime calls
+    node_reads: pd.DataFrame  # CUDA streams mode: every source each split node reads
     # set only on traces read together (together.py): each process, their time axis, the traces
     processes: pd.DataFrame
     clock: str
@@ -251,6 +254,10 @@ def _build_frame(ld: Loader, t: Trace, name: str) -> pd.DataFrame:
         return ld.delays(t.calls, t.device)
     if name == "gpu_samples":
         return ld.gpu_samples()
+    if name == "cuda":
+        return cuda_frame(ld)
+    if name == "node_reads":
+        return node_reads_frame(ld)
     if name == "accesses":
         frame = ld.accesses()
         t._access_lifetimes = ld.a_lifetime  # matched on the way: kept for the analyses

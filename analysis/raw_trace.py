@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import Columns
-from .trace_format import GPU_DTYPE, NEST_DTYPE, SAMPLE_DTYPE
+from .trace_format import CUDA_DTYPE, GPU_DTYPE, NEST_DTYPE, SAMPLE_DTYPE
 
 
 @dataclass
@@ -60,6 +60,8 @@ class RawTrace:
     gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, GPU_DTYPE))
     samples: np.ndarray = field(default_factory=lambda: np.zeros(0, SAMPLE_DTYPE))
     nest: np.ndarray = field(default_factory=lambda: np.zeros(0, NEST_DTYPE))
+    cuda: np.ndarray = field(default_factory=lambda: np.zeros(0, CUDA_DTYPE))  # CUDA streams mode
+    node_reads: Columns | None = None  # ACCESS records flagged ACCESS_PER_NODE (CUDA streams mode)
     strings: dict[int, str] = field(default_factory=dict)
     truncated: bool = False     # the body is not a whole number of chunks (file was cut)
     unknown_records: int = 0    # records with an unknown type byte dropped (strict=False)
@@ -72,7 +74,7 @@ class RawTrace:
     def n_records(self) -> int:
         return sum(len(a) for a in (self.string_recs, self.meta, self.threads, self.backends,
                                     self.buffers, self.calls, self.accesses, self.places,
-                                    self.clocks, self.gpu, self.samples))
+                                    self.clocks, self.gpu, self.samples, self.cuda))
 
     def clock(self) -> "TickClock":
         return TickClock.from_trace(self.header, self.clocks)

@@ -53,6 +53,14 @@ FRAMES: dict[str, dict[str, str]] = {
                "backend": "category", "graph": "Int64", "split": "Int64", "thread": "int64",
                "t_begin": "int64", "t_end": "int64", "requested_ns": "int64", "where": "category",
                "rule": "int64", "failed": "bool", "device_begin": "Int64", "device_end": "Int64"},
+    "cuda": {"seq": "int64", "t": "int64", "thread": "int64", "op": "category", "stream": "uint64",
+             "handle": "uint64", "src": "uint64", "kernel": "category", "bytes": "Int64", "node": "Int64",
+             "device": "int64", "captured": "bool", "driver": "bool", "returned": "bool", "failed": "bool",
+             "call_id": "uint64", "call_kind": "category", "backend": "category", "graph": "Int64",
+             "split": "Int64"},
+    "node_reads": {"call_id": "uint64", "mode": "category", "buffer": "uint64", "offset": "uint64",
+                   "size": "uint64", "end": "uint64", "tensor": "category", "node": "category",
+                   "index": "Int64"},
 }
 
 # The race analysis' findings (analysis.races(trace).findings, docs/races.md): one row per

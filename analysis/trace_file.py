@@ -18,10 +18,10 @@ from .columns import Columns
 from .raw_trace import RawTrace
 from .ring import bad_ring_chunks, claimed_after, cut_to_window, settled_blocks
 from .trace_format import (
-    ACCESS_DTYPE, BACKEND_DTYPE, BUFFER_DTYPE, CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
+    ACCESS_DTYPE, ACCESS_PER_NODE, BACKEND_DTYPE, BUFFER_DTYPE, CALL_DTYPE, CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE,
     CLOCK_DTYPE, FILE_CLOSED, FILE_HEADER_DTYPE, FILE_MAGIC, FILE_RING, FILE_SNAPSHOT, FORMAT_VERSION,
     HEADER_SIZE, MAX_RECORD_TYPE, META_DTYPE, NONE32, REC_ACCESS, REC_BACKEND, REC_BUFFER, REC_CALL,
-    REC_CLOCK, REC_GPU, REC_META, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_DTYPES,
+    REC_CLOCK, REC_CUDA, REC_GPU, REC_META, REC_NEST, REC_PLACE, REC_SAMPLE, REC_STRING, REC_THREAD, RECORD_DTYPES,
     RECORD_SIZE, SLOTS_PER_CHUNK, STRING_DTYPE, STRING_PIECE, THREAD_DTYPE, TraceFormatError,
 )
 
@@ -371,9 +371,13 @@ def _group_records(raw: RawTrace, rows: np.ndarray, types: np.ndarray, strict: b
     raw.buffers = parts[REC_BUFFER]
     raw.calls = parts[REC_CALL]
     raw.accesses = parts[REC_ACCESS]
+    per_node = (raw.accesses["flags"] & ACCESS_PER_NODE) != 0
+    if per_node.any():  # CUDA streams mode's reads node by node: a frame of their own (node_reads)
+        raw.accesses, raw.node_reads = raw.accesses[~per_node], raw.accesses[per_node]
     raw.places = parts[REC_PLACE]
     raw.clocks = parts[REC_CLOCK]
     raw.gpu = parts[REC_GPU]
     raw.samples = parts[REC_SAMPLE]
     raw.nest = parts[REC_NEST]
+    raw.cuda = parts[REC_CUDA]
     raw.strings = _assemble_strings(raw.string_recs)

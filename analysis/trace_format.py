@@ -29,8 +29,8 @@ CHUNK_RING, CHUNK_KEPT = 0, 1
 # RecordType
 REC_NONE, REC_STRING, REC_META, REC_THREAD, REC_BACKEND = 0, 1, 2, 3, 4
 REC_BUFFER, REC_CALL, REC_ACCESS, REC_PLACE, REC_CLOCK = 5, 6, 7, 8, 9
-REC_GPU, REC_SAMPLE, REC_NEST = 10, 11, 12
-REC_COUNT = 13  # one past the last record type (the header's sentinel)
+REC_GPU, REC_SAMPLE, REC_NEST, REC_CUDA = 10, 11, 12, 13
+REC_COUNT = 14  # one past the last record type (the header's sentinel)
 MAX_RECORD_TYPE = REC_COUNT - 1
 
 # CallRec flags (trace_format.h CALL_*; bit 1 only for copies and backend allreduces)
@@ -51,7 +51,16 @@ GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, GPU_CORRELATION, GPU_API, GPU_GRAPH = 1, 2, 
 
 # AccessMode, BufferEvent
 ACC_READ, ACC_WRITE = 1, 2
+# AccessRec flags: a read a split's first reads leave out, recorded per node (CUDA streams mode)
+ACCESS_PER_NODE = 0x01
 BUF_SEEN, BUF_ALLOCATED, BUF_FREED = 1, 2, 3
+
+# CudaOp (REC_CUDA), named as the loader exposes them (CudaOp without CUDA_, lower case), and flags
+CUDA_OPS: dict[int, str] = {
+    1: "launch", 2: "memcpy", 3: "memset", 4: "event_record", 5: "stream_wait", 6: "event_sync",
+    7: "stream_sync", 8: "device_sync", 9: "capture_begin", 10: "capture_end", 11: "graph_launch",
+}
+CUDA_CAPTURED, CUDA_DRIVER, CUDA_RETURNED, CUDA_FAILED = 0x01, 0x02, 0x04, 0x08
 
 # CallRec.call_id = thread << 40 | the thread's call counter (native_hooks/trace_writer.cpp)
 CALL_ID_THREAD_SHIFT = 40
@@ -149,7 +158,7 @@ CALL_DTYPE = _struct(64, [
 
 # Used for REC_ACCESS and REC_PLACE.
 ACCESS_DTYPE = _struct(64, [
-    ("type", "u1", 0), ("mode", "u1", 1), ("thread", "<u4", 4), ("call_id", "<u8", 8),
+    ("type", "u1", 0), ("mode", "u1", 1), ("flags", "u1", 2), ("thread", "<u4", 4), ("call_id", "<u8", 8),
     ("buffer", "<u8", 16), ("offset", "<u8", 24), ("size", "<u8", 32), ("tensor", "<u8", 40),
     ("node", "<u8", 48), ("op", "<u4", 56), ("index", "<u4", 60),
 ])
@@ -173,9 +182,15 @@ NEST_DTYPE = _struct(64, [
     ("subgraph", "<i4", 28),  # pad2[32] at 32
 ])
 
+CUDA_DTYPE = _struct(64, [
+    ("type", "u1", 0), ("op", "u1", 1), ("flags", "u1", 2), ("thread", "<u4", 4), ("t", "<u8", 8),
+    ("call_id", "<u8", 16), ("stream", "<u8", 24), ("handle", "<u8", 32), ("src", "<u8", 40),
+    ("name", "<u8", 48), ("node", "<u4", 56), ("device", "<u4", 60),
+])
+
 RECORD_DTYPES = {
     REC_STRING: STRING_DTYPE, REC_META: META_DTYPE, REC_THREAD: THREAD_DTYPE,
     REC_BACKEND: BACKEND_DTYPE, REC_BUFFER: BUFFER_DTYPE, REC_CALL: CALL_DTYPE,
     REC_ACCESS: ACCESS_DTYPE, REC_PLACE: ACCESS_DTYPE, REC_CLOCK: CLOCK_DTYPE,
-    REC_GPU: GPU_DTYPE, REC_SAMPLE: SAMPLE_DTYPE, REC_NEST: NEST_DTYPE,
+    REC_GPU: GPU_DTYPE, REC_SAMPLE: SAMPLE_DTYPE, REC_NEST: NEST_DTYPE, REC_CUDA: CUDA_DTYPE,
 }

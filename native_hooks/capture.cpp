@@ -105,12 +105,13 @@ uint64_t tensor_name(const ggml_tensor * t) {
 }
 
 void emit_range(uint8_t type, uint8_t mode, uint64_t call_id, ggml_backend_buffer_t buffer, uint64_t offset,
-                uint64_t size, uint64_t tensor_name, uint64_t node_name, uint32_t op, uint32_t index) {
+                uint64_t size, uint64_t tensor_name, uint64_t node_name, uint32_t op, uint32_t index, uint8_t flags) {
     if (meta_parent_call(call_id)) {
         return;  // a meta backend's call: its simple backends' calls carry the accesses
     }
     emit_record<AccessRec>(type, [&](AccessRec & r) {
         r.mode = mode;
+        r.flags = flags;
         r.thread = thread_index();
         r.call_id = call_id;
         r.buffer = (uint64_t) (uintptr_t) buffer;
@@ -128,7 +129,7 @@ void emit_range(uint8_t type, uint8_t mode, uint64_t call_id, ggml_backend_buffe
 thread_local ggml_backend_buffer_t t_last_seen = nullptr;
 
 void emit_tensor(uint8_t type, uint8_t mode, uint64_t call_id, const ggml_tensor * t, uint64_t node_name,
-                 uint32_t index, size_t extra, size_t size, uint64_t name) {
+                 uint32_t index, size_t extra, size_t size, uint64_t name, uint8_t flags) {
     ggml_backend_buffer_t buf = buffer_of(t);
     if (!buf || !t->data) {
         return;
@@ -141,7 +142,7 @@ void emit_tensor(uint8_t type, uint8_t mode, uint64_t call_id, const ggml_tensor
     uint64_t offset = (uint64_t) ((const char *) t->data - (const char *) g_api.buffer_get_base(buf)) + extra;
     name = name ? name : tensor_name(t);
     emit_range(type, mode, call_id, buf, offset, size == (size_t) -1 ? g_api.nbytes(t) : size, name,
-               node_name ? node_name : name, (uint32_t) t->op, index);
+               node_name ? node_name : name, (uint32_t) t->op, index, flags);
 }
 
 namespace {
@@ -185,11 +186,13 @@ struct TensorSet {
 thread_local TensorSet t_produced;
 thread_local TensorSet t_read;
 
-bool is_view_op(enum ggml_op op) {
-    return op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE;
-}
-
 }  // namespace
+
+bool writes_nothing(const ggml_tensor * node) {
+    const ggml_op op = node->op;
+    return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||
+           op == GGML_OP_TRANSPOSE;
+}
 
 const ggml_tensor * view_root(const ggml_tensor * t) {
     while (t->view_src) {
@@ -198,23 +201,25 @@ const ggml_tensor * view_root(const ggml_tensor * t) {
     return t;
 }
 
-void emit_split_accesses(uint64_t call_id, ggml_cgraph * graph) {
+void emit_split_accesses(uint64_t call_id, ggml_cgraph * graph, bool per_node) {
     int n = g_api.graph_n_nodes(graph);
     t_produced.clear();
     t_read.clear();
     for (int i = 0; i < n; i++) {
         ggml_tensor * node = g_api.graph_node(graph, i);
-        if (is_view_op(node->op) || node->op == GGML_OP_NONE) {
+        if (writes_nothing(node)) {
             continue;
         }
         uint64_t node_name = tensor_name(node);
         for (int j = 0; j < GGML_MAX_SRC; j++) {
             const ggml_tensor * src = node->src[j];
-            if (!src || t_produced.contains(src) || t_produced.contains(view_root(src))) {
+            if (!src) {
                 continue;
             }
-            if (t_read.insert(src)) {
-                emit_tensor(REC_ACCESS, ACC_READ, call_id, src, node_name, (uint32_t) i);
+            bool first = !t_produced.contains(src) && !t_produced.contains(view_root(src)) && t_read.insert(src);
+            if (first || per_node) {
+                emit_tensor(REC_ACCESS, ACC_READ, call_id, src, node_name, (uint32_t) i, 0, (size_t) -1, 0,
+                            first ? 0 : ACCESS_PER_NODE);
             }
         }
         t_produced.insert(node);

@@ -83,6 +83,8 @@ void commit_call(CallRec & r);
 
 // The buffer holding a tensor's bytes (a view's is its source's).
 ggml_backend_buffer_t buffer_of(const ggml_tensor * t);
+// A graph node that computes nothing: a view of another's bytes, or no operation at all.
+bool writes_nothing(const ggml_tensor * node);
 // The tensor whose bytes a view shows (a tensor that is no view: itself).
 const ggml_tensor * view_root(const ggml_tensor * t);
 // The interned name of a tensor; the meta backend's allreduce temporaries get one made up.
@@ -91,16 +93,18 @@ uint64_t tensor_name(const ggml_tensor * t);
 // An access of `call_id` to [offset, offset + size) of `buffer` (host memory: buffer null, offset
 // the address). `type` is REC_ACCESS, or REC_PLACE for where a tensor was put.
 void emit_range(uint8_t type, uint8_t mode, uint64_t call_id, ggml_backend_buffer_t buffer, uint64_t offset,
-                uint64_t size, uint64_t tensor_name, uint64_t node_name, uint32_t op, uint32_t index);
+                uint64_t size, uint64_t tensor_name, uint64_t node_name, uint32_t op, uint32_t index,
+                uint8_t flags = 0);
 // A tensor's bytes; `extra` shifts into the tensor, `size` overrides its size; `name` is the
 // tensor's interned name when the caller has it already. Registers a buffer not seen before.
 void emit_tensor(uint8_t type, uint8_t mode, uint64_t call_id, const ggml_tensor * t, uint64_t node_name,
-                 uint32_t index, size_t extra = 0, size_t size = (size_t) -1, uint64_t name = 0);
+                 uint32_t index, size_t extra = 0, size_t size = (size_t) -1, uint64_t name = 0, uint8_t flags = 0);
 // Host memory a copy reads or writes.
 void emit_host(uint8_t mode, uint64_t call_id, const void * data, size_t size);
 // A split: reads every source it uses that it did not produce itself; writes every node that is
-// not a pure view (views alias bytes that their producer already wrote).
-void emit_split_accesses(uint64_t call_id, ggml_cgraph * graph);
+// not a pure view (views alias bytes that their producer already wrote). `per_node` (CUDA streams
+// mode): every other source each node reads as well, flagged ACCESS_PER_NODE.
+void emit_split_accesses(uint64_t call_id, ggml_cgraph * graph, bool per_node = false);
 // Where every tensor a graph touches was put, once the scheduler allocated it (REC_PLACE).
 void emit_placements(uint64_t call_id, ggml_cgraph * graph);
 

@@ -19,6 +19,7 @@ void cupti_start() {
     }
 }
 bool cupti_active() { return false; }
+void * cupti_library() { return nullptr; }
 void cupti_need_driver_api() {}
 void cupti_push(uint64_t) {}
 void cupti_pop() {}
@@ -73,19 +74,6 @@ uint64_t g_graph_name = 0;  // "CUDA graph", interned once
 void fail(const char * what) {
     fprintf(stderr, "ggml-trace: CUPTI mode: %s; no GPU activity recorded\n", what);
     write_meta("cupti", what, strlen(what));
-}
-
-void * open_library() {
-    const char * candidates[] = {getenv("GGML_TRACE_CUPTI_LIB"), "libcupti.so", "libcupti.so.13", "libcupti.so.12",
-                                 "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib64/libcupti.so"};
-    for (const char * name : candidates) {
-        if (name && *name) {
-            if (void * h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) {
-                return h;
-            }
-        }
-    }
-    return nullptr;
 }
 
 template <typename F> bool resolve(void * lib, F & fn, const char * name) {
@@ -193,12 +181,29 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t * buffer, size_t, si
 
 }  // namespace
 
+void * cupti_library() {
+    static void * lib = [] {
+        const char * candidates[] = {getenv("GGML_TRACE_CUPTI_LIB"), "libcupti.so", "libcupti.so.13", "libcupti.so.12",
+                                     "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
+                                     "/usr/local/cuda/lib64/libcupti.so"};
+        for (const char * name : candidates) {
+            if (name && *name) {
+                if (void * h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) {
+                    return h;
+                }
+            }
+        }
+        return (void *) nullptr;
+    }();
+    return lib;
+}
+
 void cupti_start() {
     const char * v = getenv("GGML_TRACE_CUPTI");
     if (!v || !*v || strcmp(v, "0") == 0) {
         return;
     }
-    void * lib = open_library();
+    void * lib = cupti_library();
     if (!lib) {
         fail("libcupti.so not found (set GGML_TRACE_CUPTI_LIB to its path)");
         return;

@@ -15,6 +15,9 @@ namespace ggml_trace {
 // not when it cannot (and writes the reason as META "cupti").
 void cupti_start();
 bool cupti_active();
+// libcupti, opened once (GGML_TRACE_CUPTI_LIB, else the usual names); null when there is none. Also
+// the CUDA streams mode's (cuda_calls.h).
+void * cupti_library();
 // A communicator that launches its kernels through the driver API (NCCL) was made: from now on the
 // driver API's records too, which tie those kernels to the traced calls (once; "kernels" mode has them).
 void cupti_need_driver_api();

@@ -72,6 +72,7 @@ enum RecordType : uint8_t {
     REC_GPU     = 10, // a GPU activity reported by CUPTI (kernel, memcpy, memset, correlation)
     REC_SAMPLE  = 11, // one reading of a GPU counter (NVML), appended by the recorder
     REC_NEST    = 12, // a call made by a meta (tensor-parallel) backend's call: parent, device, role
+    REC_CUDA    = 13, // a CUDA runtime call below the backend interface (CUDA streams mode, cuda_calls.h)
     REC_COUNT,        // one past the last type: a new type goes before it (the loader is held to it)
 };
 
@@ -124,6 +125,10 @@ enum GpuActivityKind : uint8_t {
 };
 
 enum AccessMode : uint8_t { ACC_READ = 1, ACC_WRITE = 2 };
+// AccessRec flags. A split's read that its first reads leave out (a source another node of the split
+// produced, or one an earlier node already read), recorded per node in CUDA streams mode only, so
+// that the order inside a split can be judged node by node.
+static const uint8_t ACCESS_PER_NODE = 0x01;
 
 enum BufferEvent : uint8_t { BUF_SEEN = 1, BUF_ALLOCATED = 2, BUF_FREED = 3 };
 
@@ -231,7 +236,8 @@ struct CallRec {     // REC_CALL
 struct AccessRec {   // REC_ACCESS and REC_PLACE
     uint8_t  type;
     uint8_t  mode;        // AccessMode (REC_ACCESS); 0 for REC_PLACE
-    uint8_t  pad[2];
+    uint8_t  flags;       // ACCESS_PER_NODE
+    uint8_t  pad;
     uint32_t thread;
     uint64_t call_id;     // the call this belongs to
     uint64_t buffer;      // ggml_backend_buffer_t, or 0 when `offset` is a raw host address
@@ -282,6 +288,43 @@ struct NestRec {      // REC_NEST
     uint8_t  pad2[32];
 };
 static_assert(sizeof(NestRec) == RECORD_SIZE, "nest");
+
+// What a CUDA record (REC_CUDA) is: the runtime (or driver) call the host made.
+enum CudaOp : uint8_t {
+    CUDA_LAUNCH = 1,        // a kernel launch (stream; name: the kernel's name)
+    CUDA_MEMCPY = 2,        // an async copy (stream; handle: destination address, src; name: bytes)
+    CUDA_MEMSET = 3,        // an async memset (stream; handle: destination address; name: bytes)
+    CUDA_EVENT_RECORD = 4,  // cudaEventRecord (stream, handle: the event)
+    CUDA_STREAM_WAIT = 5,   // cudaStreamWaitEvent (stream waits for handle: the event)
+    CUDA_EVENT_SYNC = 6,    // cudaEventSynchronize (handle: the event): the host waits
+    CUDA_STREAM_SYNC = 7,   // cudaStreamSynchronize (stream): the host waits
+    CUDA_DEVICE_SYNC = 8,   // cudaDeviceSynchronize: the host waits for every stream of the device
+    CUDA_CAPTURE_BEGIN = 9, // cudaStreamBeginCapture (stream)
+    CUDA_CAPTURE_END = 10,  // cudaStreamEndCapture (stream)
+    CUDA_GRAPH_LAUNCH = 11, // cudaGraphLaunch (stream, handle: the executable graph)
+};
+// CudaCallRec flags
+static const uint8_t CUDA_CAPTURED = 0x01;  // its stream was capturing: a CUDA graph node, run by later launches
+static const uint8_t CUDA_DRIVER = 0x02;    // a driver API call made outside any runtime call (a library's launch)
+static const uint8_t CUDA_RETURNED = 0x04;  // a blocking call's return (its entry is the record before it)
+static const uint8_t CUDA_FAILED = 0x08;    // the call returned an error (return records only)
+
+struct CudaCallRec {  // REC_CUDA
+    uint8_t  type;
+    uint8_t  op;          // CudaOp
+    uint8_t  flags;
+    uint8_t  pad;
+    uint32_t thread;
+    uint64_t t;           // record clock (ticks) at the call's entry (CUDA_RETURNED: at its return)
+    uint64_t call_id;     // the traced call in progress on this thread, or 0
+    uint64_t stream;      // cudaStream_t (0: the legacy default stream), or 0 where the call has none
+    uint64_t handle;      // the event, the executable graph, or a copy's or memset's destination address
+    uint64_t src;         // a copy's source address
+    uint64_t name;        // a launch: string id of the kernel's name; a copy or memset: bytes
+    uint32_t node;        // inside a split: index of the node computed (as in ACCESS records), or NONE32
+    uint32_t device;      // the calling thread's current CUDA device (physical ordinal)
+};
+static_assert(sizeof(CudaCallRec) == RECORD_SIZE, "cuda call");
 static_assert(sizeof(GpuActivityRec) == RECORD_SIZE, "gpu activity");
 static_assert(sizeof(SampleRec) == RECORD_SIZE, "sample");
 static_assert(sizeof(ChunkHeader) == RECORD_SIZE, "chunk header");

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "capture.h"
+#include "cuda_calls.h"
 #include "delay.h"
 #include "device_timing.h"
 #include "ggml_api.h"
@@ -157,6 +158,7 @@ struct Hook<Field, Kind, Describe, Options> {
         if constexpr ((Options & QUEUED) != 0) {
             timed = device_timing_begin(q.backend, q.entry->index, q.entry->orig);
         }
+        SplitGraphScope split_graph(graph_in(a...));  // CUDA launches meanwhile name its nodes
         if constexpr (std::is_void_v<R>) {
             orig(obj, a...);
             finish(c, s, timed, q, owner, obj, a...);
@@ -310,7 +312,7 @@ void graph_compute(Call & c, ggml_backend_t, ggml_cgraph * graph) {
     }
     c.r.obj = ptr(graph);
     c.r.arg = (uint64_t) g_api.graph_n_nodes(graph);
-    emit_split_accesses(c.id(), graph);
+    emit_split_accesses(c.id(), graph, cuda_calls_active());
     ThreadContext & t = thread_context();
     if (t.split >= 0 && !c.nested) {
         t.split++;  // the next split of this scheduler graph (this record already holds its own)

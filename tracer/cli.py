@@ -131,6 +131,34 @@ def cmd_races(args) -> int:
     return 1 if len(report.findings) else 0
 
 
+def cmd_streams(args) -> int:
+    from ..analysis.stream_races import format_stream_report, stream_races
+
+    name = shown(args.file)
+    trace = load_trace(args)
+    for w in trace.warnings:
+        say(f"ggml-trace streams: warning: {printable(w)}")
+    if trace.not_attached:
+        say(f"ggml-trace streams: {name}: nothing to analyse: the capture never attached: "
+            f"{printable(trace.not_attached)}")
+        return EXIT_BAD_INPUT
+    report = stream_races(trace)
+    if args.json:
+        print(json.dumps(dict(report.to_json(), warnings=trace.warnings, damaged=bool(trace.damage)), indent=2,
+                         default=str))
+    else:
+        print(format_stream_report(report, name))
+    if report.splits == 0:
+        why = trace.meta.get("cuda_streams")
+        say(f"ggml-trace streams: {name}: nothing to analyse: no CUDA split in the trace's CUDA records"
+            + (f" (the hooks said: {printable(why)})" if why and why != "on" else ""))
+        return EXIT_BAD_INPUT
+    if trace.damage:  # dropped records can hide an edge and invent an unordered pair
+        say(f"ggml-trace streams: {name}: the analysis rests on a damaged file ({len(trace.damage)} problem(s))")
+        return EXIT_BAD_INPUT
+    return 1 if len(report.findings) else 0
+
+
 def cmd_stalls(args) -> int:
     from ..analysis.stalls import stalls, totals, words
 
@@ -377,6 +405,13 @@ def main(argv=None) -> int:
                    help="run the windows on Dask: a local cluster, or the scheduler at ADDRESS (its workers "
                         "must see the trace at the same path)")
     p.set_defaults(fn=cmd_races)
+
+    p = sub.add_parser("streams", help="inside CUDA splits: which node ran on which stream, and the accesses "
+                       "nothing orders between streams (a trace recorded with --cuda-streams; exit 1 if any, "
+                       "2 if nothing to analyse; docs/cuda-streams.md)")
+    add_reading_args(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(fn=cmd_streams)
 
     p = sub.add_parser("stalls", help="every call that blocked the host: what it waited for, and whether any "
                        "access needed it (docs/stalls.md)")

@@ -53,6 +53,7 @@ class TraceOptions:
     nvml_interval_ms: float = NVML_INTERVAL_MS
     device_timing: bool = False
     cupti: str | None = None  # "graphs" or "kernels"
+    cuda_streams: bool = False  # ggml-cuda's runtime calls below the backend interface (docs/cuda-streams.md)
     delays: list[str] = field(default_factory=list)  # --delay SPEC, each
     launch: bool = False  # a Windows program started through the launcher beside the hooks
 
@@ -139,6 +140,10 @@ def add_program_options(p, build: bool = True) -> None:
     p.add_argument("--cupti", nargs="?", const="graphs", choices=["graphs", "kernels"],
                    help="CUDA: collect GPU activity with CUPTI, loaded at run time; graphs (the default): a CUDA "
                         "graph's execution as one record, kernels: every kernel, inside graphs too (docs/gpu.md)")
+    p.add_argument("--cuda-streams", action="store_true",
+                   help="CUDA: record ggml-cuda's runtime calls inside each split through CUPTI's callbacks "
+                        "(launches and the nodes they compute, streams, events, CUDA graph capture); judged by "
+                        "`ggml-trace streams` (docs/cuda-streams.md)")
     p.add_argument("--delay", action="append", dest="delays", metavar="SPEC",
                    help="inject a delay before the operations SPEC selects, e.g. "
                         "'VDEV0:graph_compute,split=1:2000' (repeatable; docs/delay.md)")
@@ -189,6 +194,8 @@ def program_env(options: TraceOptions, ggml_dir: Path | None, base: dict | None 
         env["GGML_TRACE_DEVICE_TIMING"] = "1"
     if options.cupti:
         env["GGML_TRACE_CUPTI"] = "kernels" if options.cupti == "kernels" else "1"
+    if options.cuda_streams:
+        env["GGML_TRACE_CUDA_STREAMS"] = "1"
     if options.launch:
         env[windows.LAUNCH_ENV] = "1"
     return env

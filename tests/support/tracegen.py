@@ -14,9 +14,9 @@ import numpy as np
 
 from ggml_trace.analysis.trace_format import (
     ACC_READ, ACC_WRITE, ACCESS_DTYPE, BACKEND_DTYPE, BUF_ALLOCATED, BUFFER_DTYPE, CALL_DTYPE,
-    CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE, FILE_HEADER_DTYPE, FILE_MAGIC,
+    CHUNK_HEADER_DTYPE, CHUNK_MAGIC, CHUNK_SIZE, CLOCK_DTYPE, CUDA_DTYPE, CUDA_OPS, FILE_HEADER_DTYPE, FILE_MAGIC,
     FORMAT_VERSION, HEADER_SIZE, KIND_IDS, META_DTYPE, NONE32, REC_ACCESS, REC_BACKEND,
-    REC_BUFFER, REC_CALL, REC_CLOCK, REC_META, REC_PLACE, REC_STRING, REC_THREAD, RECORD_SIZE,
+    REC_BUFFER, REC_CALL, REC_CLOCK, REC_CUDA, REC_META, REC_PLACE, REC_STRING, REC_THREAD, RECORD_SIZE,
     STRING_DTYPE, STRING_PIECE, THREAD_DTYPE,
 )
 
@@ -179,20 +179,30 @@ class TraceBuilder:
         return call_id
 
     def _access(self, rtype: int, call_id: int, mode: int, buffer: int, offset: int, size: int,
-                tensor, node, op: int, index: int | None, thread: int | None) -> None:
+                tensor, node, op: int, index: int | None, thread: int | None, flags: int = 0) -> None:
         if thread is None:
             thread = call_id >> 40
         tid = self._sid(tensor, thread)
         nid = tid if node is None else self._sid(node, thread)
-        self._one(ACCESS_DTYPE, thread, type=rtype, mode=mode, thread=thread, call_id=call_id,
+        self._one(ACCESS_DTYPE, thread, type=rtype, mode=mode, flags=flags, thread=thread, call_id=call_id,
                   buffer=buffer, offset=offset, size=size, tensor=tid, node=nid, op=op,
                   index=_none32(index))
 
     def access(self, call_id: int, mode="read", buffer: int = 0, offset: int = 0, size: int = 0,
                tensor=None, node=None, op: int = 0, index: int | None = None,
-               thread: int | None = None) -> None:
+               thread: int | None = None, flags: int = 0) -> None:
         m = {"read": ACC_READ, "write": ACC_WRITE}.get(mode, mode)
-        self._access(REC_ACCESS, call_id, m, buffer, offset, size, tensor, node, op, index, thread)
+        self._access(REC_ACCESS, call_id, m, buffer, offset, size, tensor, node, op, index, thread, flags)
+
+    def cuda(self, op: str, t: int, thread: int = 0, call_id: int = 0, stream: int = 0, handle: int = 0,
+             src: int = 0, name=None, node: int | None = None, device: int = 0, flags: int = 0) -> None:
+        """A CUDA streams mode record (REC_CUDA): `op` as the loader names it (launch, event_record, ...);
+        `name` a kernel's name (a launch) or bytes (a copy, a memset)."""
+        code = {v: k for k, v in CUDA_OPS.items()}[op]
+        name_field = name if isinstance(name, (int, np.integer)) else self._sid(name, thread)
+        self._one(CUDA_DTYPE, thread, type=REC_CUDA, op=code, flags=flags, thread=thread, t=self.tick(t),
+                  call_id=call_id, stream=stream, handle=handle, src=src, name=name_field,
+                  node=_none32(node), device=device)
 
     def place(self, call_id: int, buffer: int, offset: int = 0, size: int = 0, tensor=None,
               op: int = 0, index: int | None = None, thread: int | None = None) -> None:

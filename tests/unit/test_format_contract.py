@@ -63,6 +63,11 @@ def test_small_enums(enum):
         assert getattr(tf, name) == value, name
 
 
+def test_cuda_ops_both_ways():
+    header = {v: k.removeprefix("CUDA_").lower() for k, v in ENUMS["CudaOp"].items()}
+    assert tf.CUDA_OPS == header
+
+
 def test_meta_roles():
     roles = {v: k.removeprefix("ROLE_").lower() for k, v in ENUMS["MetaRole"].items() if v > 0}
     assert tf.META_ROLES == [roles[i] for i in sorted(roles)]

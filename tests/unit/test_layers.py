@@ -24,10 +24,10 @@ LAYERS = {
     # numpy helpers below everything (columns of records, threads, vectorised takes and lookups)
     "read": ["raw_trace", "columns", "threads", "arrays", "checks", "ring", "trace_file", "window_index"],
     # records into the frames of a Trace, and what the recorded metadata says
-    "frames": ["kinds", "schema", "meta", "build_info", "frames", "load"],
+    "frames": ["kinds", "schema", "meta", "build_info", "frames", "cuda_frames", "load"],
     # what the frames mean: races, stalls, comparisons, allreduce paths, delays, the summary
     "judge": ["races", "race_timing", "race_report", "race_match", "reduction", "stalls", "critical_path", "compare",
-              "allreduce", "delay", "together", "summary", "device_timing", "window_races"],
+              "allreduce", "delay", "together", "summary", "device_timing", "window_races", "stream_races"],
     # what a person sees: the interval model and its views, exports, the progress line, and the
     # modules that name everything (the package, windows.py)
     "show": ["intervals", "view_text", "timeline", "timeline_png", "export", "export_windows", "report", "compare_page",
