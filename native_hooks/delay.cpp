@@ -27,11 +27,11 @@ namespace {
 
 std::once_flag g_ops_once;
 // The virtual devices' own queue stall, when their library is loaded (observer_api.h).
-decltype(&ggml_trace_vdev_delay) g_vdev_delay = nullptr;
+decltype(&ggmltrace_vdev_delay) g_vdev_delay = nullptr;
 
 // op= names are checked against the program's own ggml (its op list changes between versions).
 void resolve_ops() {
-    g_vdev_delay = (decltype(g_vdev_delay)) ggml_symbol("ggml_trace_vdev_delay");
+    g_vdev_delay = (decltype(g_vdev_delay)) ggml_symbol("ggmltrace_vdev_delay");
     const char * (*op_name)(enum ggml_op) = nullptr;
     resolve_symbol(op_name, "ggml_op_name", false, "delay rules with op=");
     for (int i = 0; i < g_delay_n_rules; i++) {

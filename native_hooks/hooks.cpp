@@ -1,7 +1,7 @@
 // The interposed entry points: ggml_backend_sched_*, ggml_backend_dev_init and
 // ggml_backend_buffer_free (applications call them across the library boundary, so LD_PRELOAD can
 // interpose them); the registration of each scheduler's backends, whose vtables are then hooked
-// (vtable_hooks.h); the ggml_trace_* control API; and the entry points of device-side observers
+// (vtable_hooks.h); the ggmltrace_* control API; and the entry points of device-side observers
 // built as libraries of their own (observer_api.h). Start-up: startup.cpp.
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,7 +272,7 @@ void ggml_backend_sched_free(ggml_backend_sched_t sched) {
     c.r.sched = idx;
     g_api.sched_free(sched);
     cupti_flush();  // while CUDA is still up: programs free their schedulers before exiting
-    // Written even while ggml_trace_stop has paused capture, and ended (t_end) before the slot is
+    // Written even while ggmltrace_stop has paused capture, and ended (t_end) before the slot is
     // given back: the loader tells the slot's schedulers apart by these records, so everything
     // the next scheduler on this slot does must come after this one's t_end.
     if (g_capture_state.load() == CaptureState::ACTIVE) {
@@ -422,17 +422,17 @@ void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
 
 // ---------------------------------------------------------------- control API (ctypes)
 
-int ggml_trace_active(void) { return writer_ready() ? 1 : 0; }
+int ggmltrace_active(void) { return writer_ready() ? 1 : 0; }
 
-void ggml_trace_start(void) { g_capture_on.store(true); }
+void ggmltrace_start(void) { g_capture_on.store(true); }
 
-void ggml_trace_stop(void) { g_capture_on.store(false); }
+void ggmltrace_stop(void) { g_capture_on.store(false); }
 
-const char * ggml_trace_output_path(void) { return writer_ready() ? writer_path() : ""; }
+const char * ggmltrace_output_path(void) { return writer_ready() ? writer_path() : ""; }
 
-uint64_t ggml_trace_now(void) { return now_ticks(); }
+uint64_t ggmltrace_now(void) { return now_ticks(); }
 
-void ggml_trace_mark(const char * name) {
+void ggmltrace_mark(const char * name) {
     if (!user_capturing()) {
         return;
     }
@@ -441,7 +441,7 @@ void ggml_trace_mark(const char * name) {
     c.commit();
 }
 
-void ggml_trace_range(const char * name, uint64_t t_begin) {
+void ggmltrace_range(const char * name, uint64_t t_begin) {
     if (!user_capturing()) {
         return;
     }
@@ -451,30 +451,30 @@ void ggml_trace_range(const char * name, uint64_t t_begin) {
     c.commit();
 }
 
-void ggml_trace_flush(void) {
+void ggmltrace_flush(void) {
     if (writer_ready()) {
         writer_flush();
     }
 }
 
-void ggml_trace_close(void) { writer_close(); }
+void ggmltrace_close(void) { writer_close(); }
 
 // ---------------------------------------------------------------- observers in other libraries
 
-uint32_t ggml_trace_backend_index(struct ggml_backend * backend) {
+uint32_t ggmltrace_backend_index(struct ggml_backend * backend) {
     BackendEntry * e = find_backend(backend);
     return e ? e->index : NONE32;
 }
 
-void ggml_trace_current_call(uint64_t * call_id, uint32_t * graph, int32_t * split) {
+void ggmltrace_current_call(uint64_t * call_id, uint32_t * graph, int32_t * split) {
     const CallContext & c = current_call();
     *call_id = c.call_id;
     *graph = c.graph;
     *split = c.split;
 }
 
-void ggml_trace_device_exec(uint8_t source, uint32_t backend, uint32_t graph, int32_t split, uint64_t call_id,
-                            uint64_t t_begin, uint64_t t_end, uint64_t arg) {
+void ggmltrace_device_exec(uint8_t source, uint32_t backend, uint32_t graph, int32_t split, uint64_t call_id,
+                           uint64_t t_begin, uint64_t t_end, uint64_t arg) {
     write_device_exec(source, 0, backend, graph, split, call_id, t_begin, t_end, arg);
 }
 

@@ -105,7 +105,7 @@ void load_virtual_devices() {
     if (!len || !slash) return;
     snprintf(slash + 1, sizeof(path) - (size_t) (slash + 1 - path), "ggml-trace-vdev.dll");
     HMODULE vdev = LoadLibraryA(path);
-    auto setup = vdev ? (void (*)()) (void *) GetProcAddress(vdev, "ggml_trace_vdev_setup") : nullptr;
+    auto setup = vdev ? (void (*)()) (void *) GetProcAddress(vdev, "ggmltrace_vdev_setup") : nullptr;
     if (!setup) {
         fprintf(stderr, "ggml-trace: GGML_TRACE_VIRTUAL_DEVICES=%s, but %s could not be loaded\n", n, path);
         return;

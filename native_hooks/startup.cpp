@@ -171,7 +171,7 @@ void init_writer() {
     const char * paused = getenv("GGML_TRACE_START_PAUSED");
     g_capture_on.store(!(paused && *paused == '1'));
     const char * vdevs = getenv("GGML_TRACE_VIRTUAL_DEVICES");
-    if (vdevs && atoi(vdevs) > 0 && !ggml_symbol("ggml_trace_vdev_delay")) {
+    if (vdevs && atoi(vdevs) > 0 && !ggml_symbol("ggmltrace_vdev_delay")) {
         fprintf(stderr, "ggml-trace: GGML_TRACE_VIRTUAL_DEVICES=%s, but the virtual devices' library is not loaded: "
                         "run under `ggml-trace record --virtual-devices N`, or put libggml-trace-vdev.so (beside "
                         "the hooks) in LD_PRELOAD too\n", vdevs);

@@ -46,7 +46,7 @@ template <typename F> F real(F & cache, const char * name) {
 
 // Windows, where no entry point is interposed by name: the hooks call this while ggml loads its
 // backends (inject_windows.cpp), before the program enumerates them.
-extern "C" void ggml_trace_vdev_setup() { vdev_once(); }
+extern "C" void ggmltrace_vdev_setup() { vdev_once(); }
 
 // The program's enumeration of ggml's devices and registries: the virtual devices register first.
 #define GGML_TRACE_ENUMERATION(ret, name, params, args)       \
@@ -69,7 +69,7 @@ GGML_TRACE_ENUMERATION(ggml_backend_t, ggml_backend_init_best, (void), ())
 GGML_TRACE_ENUMERATION(void, ggml_backend_load_all, (void), ())
 GGML_TRACE_ENUMERATION(void, ggml_backend_load_all_from_path, (const char * d), (d))
 
-bool ggml_trace_vdev_delay(struct ggml_backend * backend, uint64_t ns, uint64_t call_id, uint32_t graph,
-                           int32_t split) {
+bool ggmltrace_vdev_delay(struct ggml_backend * backend, uint64_t ns, uint64_t call_id, uint32_t graph,
+                          int32_t split) {
     return vdev_delay(backend, ns, CallContext{call_id, graph, split});
 }

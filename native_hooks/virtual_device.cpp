@@ -495,9 +495,9 @@ bool setup_virtual_devices() {
     if (!ok) {
         return false;
     }
-    g_tracer.backend_index = (uint32_t (*)(ggml_backend_t)) ggml_symbol("ggml_trace_backend_index");
-    g_tracer.current_call = (void (*)(uint64_t *, uint32_t *, int32_t *)) ggml_symbol("ggml_trace_current_call");
-    g_tracer.device_exec = (decltype(g_tracer.device_exec)) ggml_symbol("ggml_trace_device_exec");
+    g_tracer.backend_index = (uint32_t (*)(ggml_backend_t)) ggml_symbol("ggmltrace_backend_index");
+    g_tracer.current_call = (void (*)(uint64_t *, uint32_t *, int32_t *)) ggml_symbol("ggmltrace_current_call");
+    g_tracer.device_exec = (decltype(g_tracer.device_exec)) ggml_symbol("ggmltrace_device_exec");
     if (!g_tracer.backend_index || !g_tracer.current_call || !g_tracer.device_exec) {
         g_tracer = Tracer();
         fprintf(stderr, "ggml-trace: virtual devices without the hooks (libggml-trace-hooks.so not loaded): "

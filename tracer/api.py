@@ -19,18 +19,18 @@ def _hooks():
     global _lib
     if _lib is None:
         process = ctypes.CDLL(None)
-        if not hasattr(process, "ggml_trace_active"):  # (looks the symbol up)
+        if not hasattr(process, "ggmltrace_active"):  # (looks the symbol up)
             _lib = False
             return None
         for name, res, args in [
-            ("ggml_trace_active", ctypes.c_int, []),
-            ("ggml_trace_start", None, []),
-            ("ggml_trace_stop", None, []),
-            ("ggml_trace_flush", None, []),
-            ("ggml_trace_mark", None, [ctypes.c_char_p]),
-            ("ggml_trace_now", ctypes.c_uint64, []),
-            ("ggml_trace_range", None, [ctypes.c_char_p, ctypes.c_uint64]),
-            ("ggml_trace_output_path", ctypes.c_char_p, []),
+            ("ggmltrace_active", ctypes.c_int, []),
+            ("ggmltrace_start", None, []),
+            ("ggmltrace_stop", None, []),
+            ("ggmltrace_flush", None, []),
+            ("ggmltrace_mark", None, [ctypes.c_char_p]),
+            ("ggmltrace_now", ctypes.c_uint64, []),
+            ("ggmltrace_range", None, [ctypes.c_char_p, ctypes.c_uint64]),
+            ("ggmltrace_output_path", ctypes.c_char_p, []),
         ]:
             fn = getattr(process, name)
             fn.restype, fn.argtypes = res, args
@@ -40,30 +40,30 @@ def _hooks():
 
 def is_active() -> bool:
     lib = _hooks()
-    return bool(lib and lib.ggml_trace_active())
+    return bool(lib and lib.ggmltrace_active())
 
 
 def output_path() -> str:
     lib = _hooks()
-    return lib.ggml_trace_output_path().decode() if lib else ""
+    return lib.ggmltrace_output_path().decode() if lib else ""
 
 
 def start():
     """Resume recording (see `ggml-trace record --paused`)."""
     if lib := _hooks():
-        lib.ggml_trace_start()
+        lib.ggmltrace_start()
 
 
 def stop():
     """Pause recording; what was recorded stays in the file."""
     if lib := _hooks():
-        lib.ggml_trace_stop()
+        lib.ggmltrace_stop()
 
 
 def flush():
     """Ask the kernel to write the trace to disk now (a crash of the process loses nothing anyway)."""
     if lib := _hooks():
-        lib.ggml_trace_flush()
+        lib.ggmltrace_flush()
 
 
 def snapshot(out: str | None = None) -> str:
@@ -80,16 +80,16 @@ def snapshot(out: str | None = None) -> str:
 def mark(name: str):
     """An instant event on the calling thread's timeline."""
     if lib := _hooks():
-        lib.ggml_trace_mark(name.encode())
+        lib.ggmltrace_mark(name.encode())
 
 
 @contextlib.contextmanager
 def range(name: str):  # noqa: A001 - reads naturally as tracer.range("...")
     """A named interval on the calling thread's timeline."""
     lib = _hooks()
-    begin = lib.ggml_trace_now() if lib else 0
+    begin = lib.ggmltrace_now() if lib else 0
     try:
         yield
     finally:
         if lib:
-            lib.ggml_trace_range(name.encode(), begin)
+            lib.ggmltrace_range(name.encode(), begin)
