@@ -7,8 +7,9 @@ The ordering model, in short:
   graph_compute, cpy_tensor_async (on the destination from host memory, on the source from
   another async backend, with the destination waiting for it), the async set/get calls,
   event_record and event_wait is a queue position, and runs after the host state at its enqueue;
-* synchronize(B), event_synchronize(e), event_wait(C, e) and the implicit source dependency of
-  cpy_tensor_async add the remaining happens-before edges; everything else (CPU, RPC up to b10531,
+* synchronize(B), event_synchronize(e), event_wait(C, e), the implicit source dependency of
+  cpy_tensor_async and the clear of a buffer of a backend whose clear waits for its queue
+  (clear_waits_for_queue) add the remaining happens-before edges; everything else (CPU, RPC up to b10531,
   buffer calls) is a host operation that completes before it returns, except the buffer calls on
   an asynchronous RPC client's buffers, which its one sender queues with its work.
 
@@ -38,12 +39,49 @@ from .race_timing import (BASES, LATENT, LISTING_ORDER, MANIFESTED, VERDICTS, Op
 from .schema import FINDING_SIDE
 
 # RaceReport, format_report and verdict_words are read from here by the CLI and the views.
-__all__ = ["races", "RaceReport", "format_report", "verdict_words", "MODES", "CHUNK", "MAX_CANDIDATES"]
+__all__ = ["races", "RaceReport", "format_report", "verdict_words", "MODES", "CHUNK", "MAX_CANDIDATES",
+           "CLEAR_WAITS_FOR_QUEUE", "clear_waits_for_queue"]
 
 MODES = ["read", "write"]
 # The buffer calls that a backend of one FIFO queues with its work (rule 9 of docs/races.md).
 FIFO_BUFFER_KINDS = ["buf_set_tensor", "buf_get_tensor", "buf_set_tensor_2d", "buf_get_tensor_2d", "buf_cpy_tensor",
                      "buf_memset_tensor", "buf_clear"]
+
+# What ggml_backend_buffer_clear on a buffer of each backend family waits for, from each backend's
+# source (b10524, b10531 and b11434; docs/races.md, rule 6, gives the lines): True where the clear
+# runs after all the work queued on the backend before it (rule 6's edge), False where nothing of
+# the backend's queue orders it. Keyed by the start of the backend's name (see clear_waits_for_queue).
+CLEAR_WAITS_FOR_QUEUE: dict[str, bool] = {
+    "CPU": False,     # a memset on the host, and no queue to wait for
+    "CUDA": False,    # cudaMemsetAsync on cudaStreamPerThread, then a synchronize of that stream only:
+                      # ggml's own streams are non-blocking, so nothing orders the memset after them
+    "ROCm": False,    # the CUDA code built for HIP
+    "MUSA": False,    # the CUDA code built for MUSA
+    "Vulkan": False,  # UMA: a memset on the host; else a fill submitted to the device's transfer queue
+                      # (a queue of its own unless the device has one queue), with no barrier or
+                      # semaphore after the compute queue; the host waits for that submission's fence
+    "MTL": False,     # Metal: shared buffers, a memset on the host; private buffers, a blit on the
+                      # device's queue, waited for. The trace does not tell the two apart: not waiting
+    "RPC": False,     # b11434's asynchronous client sends the clear through its one sender, behind its work
+                      # (a queue operation: FIFO_BUFFER_KINDS; the server runs it after that work), and
+                      # returns once it is sent, not once that work ran; up to b10531 the client is
+                      # synchronous (no queue)
+    "VDEV": True,     # ggml-trace's virtual devices (virtual_device.cpp buf_clear): every stream of the
+                      # device drained first, then a memset on the host
+}
+
+
+def clear_waits_for_queue(backends: pd.DataFrame) -> np.ndarray:
+    """For each row of a trace's `backends` frame, whether clearing a buffer of that backend waits for
+    the work queued on it (CLEAR_WAITS_FOR_QUEUE). The trace records no flag for this, and not the
+    backend's registry either: its name ("CUDA0", "Vulkan0", "RPC0[host:port]", "VDEV0") is the only
+    thing in it that tells the families apart, so the name is read here, in this one place. A backend
+    of no listed family waits for nothing: an edge its device may not give would hide a race."""
+    names = backends["name"].astype(object).tolist() if "name" in backends else []
+    return np.array([isinstance(n, str) and any(n.startswith(family) and waits
+                                                for family, waits in CLEAR_WAITS_FOR_QUEUE.items())
+                     for n in names], dtype=bool)
+
 
 # Candidate (window) entries examined per chunk, and in all for one window pass before the
 # windows are cut to their most recent entries (a safety valve for traces in which a queue is
@@ -144,15 +182,18 @@ class _Analysis:
         self.c_nodes = c["arg"].to_numpy(np.uint64).astype(np.int64)  # a split's node count
         self.backend_names = np.array(list(calls["backend"].cat.categories), dtype=object)
 
-        # Async backends, by name (the frames identify backends by name).
+        # Async backends, and those whose buffer clear waits for their queue, by name (the frames
+        # identify backends by name).
         cats = pd.Index(calls["backend"].cat.categories)
         is_async = np.zeros(len(cats) + 1, bool)  # last slot: code -1 (no backend)
+        clear_waits = np.zeros(len(cats) + 1, bool)
         be = t.backends
         flags = (be["has_async"].to_numpy(bool) | be["has_events"].to_numpy(bool))
-        for label, f in zip(backend_labels(be), flags.tolist()):
+        for label, f, w in zip(backend_labels(be), flags.tolist(), clear_waits_for_queue(be).tolist()):
             i = cats.get_indexer([label])[0]
-            if i >= 0 and f:
-                is_async[i] = True
+            if i >= 0:
+                is_async[i] |= f
+                clear_waits[i] |= w
         self.backend_async = is_async
 
         def kind_is(names):
@@ -237,9 +278,9 @@ class _Analysis:
             return take_int(q_ev, np.where(qc >= 0, j, -1))
 
         # (6) synchronize(B) on an async backend: the host after B's queue so far. Clearing a
-        # whole buffer of B does the same on the backends that matter (CUDA synchronizes the
-        # device around it, Vulkan waits for its queue).
-        s = np.flatnonzero(kind_is(["synchronize", "buf_clear"]))
+        # whole buffer of B does the same only on the backends whose clear waits for their queue
+        # (clear_waits_for_queue: the virtual devices; CUDA's clear synchronizes its own stream only).
+        s = np.flatnonzero(kind_is(["synchronize"]) | (kind_is(["buf_clear"]) & clear_waits[self.c_backend]))
         src = last_queue_op(self.queue_of_backend[self.c_backend[s]], s)
         edges.append((src, self.host_ev[s]))
         # (7) ... and the destination queue's later work waits for that copy.

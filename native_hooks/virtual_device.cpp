@@ -263,8 +263,11 @@ bool buf_cpy(ggml_backend_buffer_t, const ggml_tensor * src, ggml_tensor * dst) 
     memcpy(dst->data, src->data, g_cpu.nbytes(src));
     return true;
 }
-// Clearing a whole buffer waits for the device first, as CUDA (cudaDeviceSynchronize) and Vulkan
-// do: programs clear caches without synchronizing (llama.cpp clears the KV cache after warm-up).
+// Clearing a whole buffer waits for every stream of the device first, then clears on the host
+// (docs/races.md, rule 6: the analysis orders the clear after the device's queue). Not every
+// backend's clear does: CUDA's is a memset on cudaStreamPerThread that nothing orders after ggml's
+// own streams, while programs clear caches without synchronizing (llama.cpp clears the KV cache
+// right after its warm-up decode).
 void buf_clear(ggml_backend_buffer_t b, uint8_t v) {
     VDevice & d = *(VDevice *) b->buft->context;
     {

@@ -4,7 +4,7 @@ builds' Vulkan trees) beside virtual devices, RED on b10531 and GREEN with our f
 import os
 import subprocess
 
-from support import ggml_trace, races_of, same_text
+from support import apart_from_warmup_clear, ggml_trace, races_of, same_text
 from support.pipeline_cases import PROMPT, the_cross_graph_race
 
 from ggml_trace.tracer import programs, scenario
@@ -35,7 +35,8 @@ def test_lavapipe_beside_a_virtual_device_is_red_and_the_fix_green(model, tmp_pa
                        for f in found), found
         else:
             assert same_text(r.stdout, alone.stdout)
-            assert races_of(out) == []
+            # llama.cpp's clear of the KV cache (on Vulkan0) right after its warm-up races too (docs/races.md, rule 6)
+            assert apart_from_warmup_clear(races_of(out)) == []
 
 
 def test_random_dag_on_lavapipe_beside_virtual_devices(tmp_path):

@@ -162,6 +162,29 @@ def races_of(path) -> list:
     return analysis.races(analysis.load(path)).to_json()["races"]
 
 
+def warmup_clear(found):
+    """Of findings (a list of their JSON forms, or a `findings` frame), those of llama.cpp's warm-up
+    clear: common_init clears the KV cache (llama_memory_clear: a buf_clear of the cache's buffer)
+    right after the warm-up decode and synchronizes only after it. CUDA's and Vulkan's clear wait for
+    nothing queued on the backend (docs/races.md, rule 6), so the decode's reads and writes of the
+    cache (cache_k_l0, cache_v_l0 (view), ...) race with the clear. A list gives a list; a frame, the
+    mask of its rows."""
+    if isinstance(found, list):
+        return [f for f in found if f["b"]["kind"] == "buf_clear" and f["a"]["kind"] == "graph_compute"
+                and str(f["a"]["tensor"]).startswith("cache_")]
+    return ((found["b_kind"].astype(str) == "buf_clear") & (found["a_kind"].astype(str) == "graph_compute")
+            & found["a_tensor"].astype(str).str.startswith("cache_"))
+
+
+def apart_from_warmup_clear(found):
+    """The findings (a list of JSON forms, or a `findings` frame, renumbered) other than the warm-up
+    clear's (warmup_clear): what the traces of llama.cpp programs on CUDA and Vulkan show besides it."""
+    if isinstance(found, list):
+        clear = warmup_clear(found)
+        return [f for f in found if f not in clear]
+    return found[~warmup_clear(found).to_numpy()].reset_index(drop=True)
+
+
 def reduce_json(trace, out, *extra) -> dict:
     """`ggml-trace reduce TRACE -o OUT --json` (a committed trace by its name), which must succeed."""
     import json

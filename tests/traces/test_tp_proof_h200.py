@@ -12,7 +12,7 @@ docs/tensor-parallel.md. These tests check what the traces themselves say:
 import pytest
 
 from ggml_trace import analysis
-from support import DATA
+from support import DATA, apart_from_warmup_clear
 from ggml_trace.analysis.allreduce import held_by_delays
 from ggml_trace.analysis.races import races
 
@@ -23,7 +23,7 @@ def load(name):
 
 
 def scratch_finding(t):
-    f = races(t).findings
+    f = apart_from_warmup_clear(races(t).findings)  # llama.cpp's clear of the KV cache after its warm-up races too
     assert len(f) == 1, f
     r = f.iloc[0]
     assert r["a_tensor"] == r["b_tensor"] == "allreduce.tmp[0]@CUDA1"
@@ -70,7 +70,7 @@ def test_which_allreduce_ran_is_named_from_its_kernels(name, path):
     assert set(comm["backend"].astype(str)) == {"CUDA0", "CUDA1"}
     # the butterfly did not run, and the barrier leaves nothing unordered
     assert not (c["role"] == "copy").any() and not ((c["kind"] == "graph_compute") & (c["role"] == "reduce")).any()
-    assert len(races(t).findings) == 0
+    assert len(apart_from_warmup_clear(races(t).findings)) == 0
     # the allreduce kernels CUPTI saw belong to the calls
     kernels = t.gpu[t.gpu["name"].astype(str).str.contains("nccl" if path == "nccl" else "ggml_cuda_ar_kernel")]
     assert len(kernels) >= len(comm) and kernels["call_id"].isin(comm["call_id"]).all()
@@ -100,7 +100,7 @@ def test_the_allreduce_holds_every_device_until_all_arrive():
     assert len(held) == len(d)
     # CUDA0's part of each call ended only after CUDA1's delay before that call had
     assert (held["after_ns"] >= 0).all()
-    assert len(races(t).findings) == 0
+    assert len(apart_from_warmup_clear(races(t).findings)) == 0
 
 
 def test_a_damaged_comm_record_is_unknown_not_an_error():

@@ -6,7 +6,7 @@ tests/runs/test_windows_dask.py."""
 import json
 
 import pytest
-from support import DATA, ggml_trace
+from support import DATA, apart_from_warmup_clear, ggml_trace
 
 from ggml_trace.analysis import TraceFormatError, load, races, summarize
 from ggml_trace.analysis.windows import index_trace, races_in_windows
@@ -31,12 +31,14 @@ def test_a_manifested_finding_shows_a_manifested_pair(records, context):
     first graph and time stay the first occurrence's; the windows (one graph each, and a few)
     agree: with 3 graphs of context they see every occurrence."""
     path = DATA / "vulkan-nvidia-b11434-pp-h200.ggmltrace"
-    whole = races(load(path))
-    p = whole.pairs
+    t = load(path)
+    whole = races(t)
+    p = whole.pairs  # but those of llama.cpp's clear of the KV cache after its warm-up, which races too
+    p = p[~p["b_call_id"].isin(t.calls.loc[t.calls["kind"] == "buf_clear", "call_id"])]
     first_b = p["b_call_id"] == p["b_call_id"].min()
     assert len(p) == 12 and not p.loc[first_b, "manifested"].any()  # the first occurrences: latent
     manifested = {tuple(x) for x in p.loc[p["manifested"], ["a_call_id", "b_call_id"]].to_numpy().tolist()}
-    found = whole.to_json()["races"]
+    found = apart_from_warmup_clear(whole.to_json()["races"])
     assert len(found) == 2
     for r in found:
         assert r["manifested"] and r["margin_us"] is None and r["count"] == 6

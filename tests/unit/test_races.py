@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from support.race_cases import A, B, CPU, DBUF, EV, EV2, HBASE, HBUF, RPC, US, analyse, builder, findings, reuse_graph, split
+from support.race_cases import A, B, CPU, DBASE, DBUF, EV, EV2, HBASE, HBUF, RPC, US, analyse, builder, findings, reuse_graph, split
 from support.tracegen import TraceBuilder
 
 from ggml_trace.analysis import load, races
 from ggml_trace.analysis.race_report import missing_words
-from ggml_trace.analysis.races import format_report
+from ggml_trace.analysis.races import CLEAR_WAITS_FOR_QUEUE, clear_waits_for_queue, format_report
 from ggml_trace.analysis.schema import FINDINGS
 from ggml_trace.analysis.trace_format import BUF_ALLOCATED, BUF_FREED
 from ggml_trace.tracer.cli import main as cli
@@ -290,6 +290,47 @@ def test_rpc_and_cpu_are_synchronous(tmp_path):
     split(b2, CPU, 500 * US, 0, 4, [("write", HBUF, 0x100, 256, "ffn_out-0")])
     assert len(findings(analyse(tmp_path, b, "a.trace"))) == 1
     assert findings(analyse(tmp_path, b2, "rpc.trace")) == []  # ... and none with RPC
+
+
+def clear_after_queued_read(name: str, sync: bool = False) -> TraceBuilder:
+    """An async backend `name` queues a split that reads the KV cache in its own buffer, then the
+    host clears that whole buffer (llama.cpp's warm-up: llama_memory_clear right after the decode),
+    with a synchronize of the backend between them or not."""
+    b = TraceBuilder(hooks_build="test")
+    b.thread(0, name="main")
+    b.backend(0, name, name, device_type=1, has_async=True, has_events=True)
+    b.buffer(DBUF, BUF_ALLOCATED, base=DBASE, size=1 << 16, usage=0, buft_name=name, device_ptr=0x6000_0000)
+    split(b, 0, 0, 0, 0, [("read", DBUF, 0x100, 256, "cache_k_l0", "mul_mat-0")])
+    if sync:
+        b.call("synchronize", 200 * US, 210 * US, backend=0)
+    clear = b.call("buf_clear", 500 * US, 520 * US, backend=0, obj=DBUF, arg=1 << 16)
+    b.access(clear, "write", DBUF, 0, 1 << 16)
+    return b
+
+
+@pytest.mark.parametrize("name,ordered", [("CUDA0", False), ("ROCm0", False), ("Vulkan0", False), ("VDEV0", True)])
+def test_a_buffer_clear_waits_for_the_queue_only_on_the_backends_whose_clear_does(tmp_path, name, ordered):
+    """Rule 6 per backend: CUDA's clear is a memset on cudaStreamPerThread and a synchronize of that
+    stream alone, which nothing orders after ggml's non-blocking streams: the split's read and the
+    clear race. The virtual devices' clear drains their streams first: nothing to report."""
+    found = findings(analyse(tmp_path, clear_after_queued_read(name)))
+    if ordered:
+        assert found == []
+    else:
+        (f,) = found
+        assert f["class"] == "read-after-reuse" and f["a"]["tensor"] == "cache_k_l0"
+        assert (f["a"]["backend"], f["a"]["kind"]) == (name, "graph_compute")
+        assert (f["b"]["backend"], f["b"]["kind"], f["b"]["mode"]) == (name, "buf_clear", "write")
+        assert f["missing"].endswith(f"synchronize on {name} between them would order them"), f["missing"]
+    # a synchronize of the backend before the clear orders it on every backend
+    assert findings(analyse(tmp_path, clear_after_queued_read(name, sync=True), "sync.trace")) == []
+
+
+def test_which_backends_clear_after_their_queue_is_read_from_one_table():
+    backends = pd.DataFrame({"name": pd.Categorical(["CUDA0", "VDEV1", "Vulkan0", "RPC0[127.0.0.1:50052]", "CPU",
+                                                     "MTL0", None, "VDEV0"])})
+    assert clear_waits_for_queue(backends).tolist() == [False, True, False, False, False, False, False, True]
+    assert {f for f, waits in CLEAR_WAITS_FOR_QUEUE.items() if waits} == {"VDEV"}
 
 
 def test_cpu_only_trace_has_no_races(tmp_path):
