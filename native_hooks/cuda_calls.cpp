@@ -46,8 +46,9 @@ namespace {
 std::atomic<bool> g_active{false};
 
 // What reads a launch's arguments and a stream's state: the driver's functions (libcuda, opened at
-// run time), and the runtime's one for a launch named by its host function, found in the program
-// once its cudart is loaded (a static cudart has none to find: such launches name no node).
+// run time). Never the runtime's: a failing runtime call inside the program's own would leave its
+// error for the program's next cudaGetLastError() (a library's static cudart launches through host
+// functions the program's cudart does not know). Such launches name no node.
 struct Driver {
     CUresult (*kernel_param_info)(CUkernel, size_t, size_t *, size_t *) = nullptr;
     CUresult (*func_param_info)(CUfunction, size_t, size_t *, size_t *) = nullptr;
@@ -55,8 +56,6 @@ struct Driver {
     CUresult (*ctx_get_device)(CUdevice *) = nullptr;
 };
 Driver g_driver;
-using RuntimeParamInfo = cudaError_t (*)(const void *, size_t, size_t *, size_t *);
-std::atomic<RuntimeParamInfo> g_runtime_param_info{nullptr};
 
 // __cudaLaunchKernel, what CUDA 13's compiler makes of `kernel<<<...>>>`: CUPTI's headers give no
 // parameter struct for it; this is its prototype's (crt/device_functions.h).
@@ -154,20 +153,13 @@ const KernelInfo & kernel_info(const void * handle, Handle how, const char * sym
     }
     KernelInfo info;
     info.name = demangled_name(symbol);
-    RuntimeParamInfo runtime = g_runtime_param_info.load(std::memory_order_relaxed);
-    if (how == Handle::HOST_FUNCTION && !runtime) {
-        runtime = (RuntimeParamInfo) dlsym(RTLD_DEFAULT, "cudaFuncGetParamInfo");
-        g_runtime_param_info.store(runtime, std::memory_order_relaxed);
-    }
-    for (size_t i = 0; i < 1024; i++) {  // until the kernel has no parameter i
+    for (size_t i = 0; how != Handle::HOST_FUNCTION && i < 1024; i++) {  // until the kernel has no parameter i
         size_t offset = 0, size = 0;
         bool ok = false;
         if (how == Handle::KERNEL && g_driver.kernel_param_info) {
             ok = g_driver.kernel_param_info((CUkernel) handle, i, &offset, &size) == CUDA_SUCCESS;
         } else if (how == Handle::FUNCTION && g_driver.func_param_info) {
             ok = g_driver.func_param_info((CUfunction) handle, i, &offset, &size) == CUDA_SUCCESS;
-        } else if (how == Handle::HOST_FUNCTION && runtime) {
-            ok = runtime(handle, i, &offset, &size) == cudaSuccess;
         }
         if (!ok) {
             break;
@@ -463,6 +455,10 @@ void cuda_calls_start() {
     resolve(driver, g_driver.func_param_info, "cuFuncGetParamInfo");
     resolve(driver, g_driver.stream_is_capturing, "cuStreamIsCapturing");
     resolve(driver, g_driver.ctx_get_device, "cuCtxGetDevice");
+    if (!driver) {
+        fail("no CUDA driver (libcuda.so.1) in this process's library path");
+        return;
+    }
     if (!g_driver.kernel_param_info || !g_driver.func_param_info) {
         // launches are still recorded, with their streams; only the node each computes is unknown
         const char * why = "the CUDA driver cannot describe a kernel's parameters (CUDA 12.4 or later): launches name no node";
@@ -479,9 +475,13 @@ void cuda_calls_start() {
         if (res == CUPTI_SUCCESS) res = enable(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
     }
     if (res != CUPTI_SUCCESS) {
-        char why[128];
-        snprintf(why, sizeof(why), "subscribing to CUPTI's callbacks failed (CUPTI error %d: another profiler?)",
-                 (int) res);
+        decltype(&cuptiGetResultString) result_string;
+        resolve(cupti, result_string, "cuptiGetResultString");
+        const char * text = nullptr;
+        if (result_string) result_string(res, &text);
+        char why[256];
+        snprintf(why, sizeof(why), "subscribing to CUPTI's callbacks failed: %s (CUPTI error %d; a profiler "
+                 "such as Nsight holds CUPTI's one subscriber before CUDA 13.3)", text ? text : "unknown", (int) res);
         fail(why);
         return;
     }

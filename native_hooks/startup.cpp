@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "capture.h"
+#include "cuda_calls.h"
 #include "cupti_mode.h"
 #include "delay.h"
 #include "device_timing.h"
@@ -181,6 +182,7 @@ void init_writer() {
         delay_start();
         device_timing_init();
         cupti_start();
+        cuda_calls_start();
         atexit(at_exit);
     }
 }
