@@ -629,8 +629,10 @@ class Loader:
         })
 
     def delays(self, calls: pd.DataFrame, device: pd.DataFrame) -> pd.DataFrame:
-        """The injected delays, each with the call it delayed (target_*) and, where a queue or
-        stream ran it, when that was (device_begin/device_end: its device_exec record)."""
+        """The injected delays, each with the call it delayed (target_*), the backend whose queue
+        it acted on (`backend`: for a copy between two asynchronous backends the source's, where
+        target_backend is the destination) and, where a queue or stream ran it, when that was
+        (device_begin/device_end: its device_exec record)."""
         df, rows = self.sub(calls, [DELAY_KIND], ["call_id", "backend", "graph", "split",
                                                   "thread", "t_begin", "t_end"])
         target = self.c_obj[rows]
@@ -642,7 +644,9 @@ class Loader:
         drow = lookup(dev["call_id"].to_numpy(np.uint64), df["call_id"].to_numpy(np.uint64))
         miss = drow < 0
         df.insert(1, "target_call_id", target)
-        df.insert(2, "target_kind", self.call_columns(trow, ["kind"])["kind"])
+        tc = self.call_columns(trow, ["kind", "backend"])
+        df.insert(2, "target_kind", tc["kind"])
+        df.insert(3, "target_backend", tc["backend"])
         df["requested_ns"] = (arg & np.uint64((1 << DELAY_RULE_SHIFT) - 1)).astype(np.int64)
         df["where"] = with_codes(np.where(where < 4, where, -1), DELAY_WHERE)
         df["rule"] = (arg >> np.uint64(DELAY_RULE_SHIFT)).astype(np.int64)

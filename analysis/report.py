@@ -155,17 +155,19 @@ def _delays(trace) -> str:
 
     s = delay_stalls(trace)
     rules = trace.meta.get("delay.rules", "").split(";")
-    rows = [[r, rules[r] if 0 <= r < len(rules) else "", k, b, g, sp, w, f"{req / 1e3:g}",
+    rows = [[r, rules[r] if 0 <= r < len(rules) else "", k, tb, b, g, sp, w, f"{req / 1e3:g}",
              "" if pd.isna(st) else f"{st / 1e3:.1f}", _ns(t)]
-            for r, k, b, g, sp, w, req, st, t in zip(
-                d["rule"].tolist(), d["target_kind"].astype(object), d["backend"].astype(object),
+            for r, k, tb, b, g, sp, w, req, st, t in zip(
+                d["rule"].tolist(), d["target_kind"].astype(object), d["target_backend"].astype(object),
+                d["backend"].astype(object),
                 d["graph"].astype(object), d["split"].astype(object), d["where"].astype(object),
                 d["requested_ns"].tolist(), s["stall_ns"].tolist(), d["t_begin"].tolist())]
     return (f"<h2>Injected delays</h2><p>{len(d)} delay{'s' if len(d) != 1 else ''} injected on purpose "
             "(<code>--delay</code>): <i>queue</i> and <i>stream</i> delays stalled the backend's "
-            "queue, <i>host</i> delays held the call back on the host (docs/delay.md). The stall "
-            "is measured from the device records where there are any.</p>"
-            + _table(["rule", "spec", "delayed", "backend", "graph", "split", "where",
+            "queue, <i>host</i> delays held the call back on the host (docs/delay.md); a copy between "
+            "two asynchronous backends runs on its source's queue, and a delay before it acts there. The "
+            "stall is measured from the device records where there are any.</p>"
+            + _table(["rule", "spec", "delayed", "call of", "acted on", "graph", "split", "where",
                       "requested µs", "stall µs", "injected at"], rows))
 
 

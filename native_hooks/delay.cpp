@@ -26,6 +26,7 @@ namespace {
 // ---------------------------------------------------------------- rule set-up
 
 std::once_flag g_ops_once;
+std::atomic<bool> g_rule_acted[MAX_DELAY_RULES];  // whether each rule's first delay was said on stderr
 // The virtual devices' own queue stall, when their library is loaded (observer_api.h).
 decltype(&ggmltrace_vdev_delay) g_vdev_delay = nullptr;
 
@@ -445,15 +446,20 @@ void delay_start() {
         len += (size_t) snprintf(buf + len, sizeof(buf) - len, "%s%s", i ? ";" : "", g_delay_rules[i].text);
     }
     write_meta("delay.rules", buf, len);
+    for (int i = 0; i < g_delay_n_rules; i++) {  // which queue each rule acts on (a peer copy: its source's)
+        char words[400];
+        delay_rule_queue_words(g_delay_rules[i], words, sizeof(words));
+        fprintf(stderr, "ggml-trace: delay rule %d '%s' %s\n", i, g_delay_rules[i].text, words);
+    }
     g_delay_on = true;
 }
 
 void delay_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i & own) {
     if (!delay_on()) return;
     const char * name = g_api.backend_name(backend);
-    bool named = false;
+    bool named = false;  // a rule may act on this backend's queue
     for (int i = 0; i < g_delay_n_rules && !named; i++) {
-        named = delay_rule_names(g_delay_rules[i], name);
+        named = delay_rule_may_act_on(g_delay_rules[i], name);
     }
     ggml_backend_dev_t dev = g_api.backend_get_device(backend);
     enum ggml_backend_dev_type type = dev && g_api.dev_type ? g_api.dev_type(dev) : GGML_BACKEND_DEVICE_TYPE_CPU;
@@ -466,7 +472,8 @@ void delay_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i 
 }
 
 void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig,
-                  ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b, ggml_backend_t named) {
+                  ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b, ggml_backend_t named,
+                  ggml_backend_t source) {
     std::call_once(g_ops_once, resolve_ops);
     bool stream = stream_ready(backend, index, orig);
     DelayQuery q;
@@ -474,6 +481,8 @@ void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const 
     q.graph = call.graph;
     q.split = call.split;
     q.backend_name = g_api.backend_name(named ? named : backend);
+    q.queue_name = g_api.backend_name(backend);
+    q.source_name = source ? g_api.backend_name(source) : nullptr;
     q.op_first = q.op_last = -1;
     q.has_tensor = nullptr;
     q.ctx = nullptr;
@@ -511,6 +520,16 @@ void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const 
         }
         uint64_t t1 = now_ticks();
         write_delay(call, index, hits[i], delay.call_id, where, failed, t0, t1);
+        if (!g_rule_acted[hits[i].rule].exchange(true, std::memory_order_relaxed)) {  // said once a rule
+            static const char * const WHERE[] = {"the host, before submitting to", "the queue of", "the stream of",
+                                                 "matrix products on the queue of"};
+            const char * queue = q.queue_name ? q.queue_name : "?";
+            const char * callee = q.backend_name ? q.backend_name : "?";
+            bool other = strcmp(queue, callee) != 0;
+            fprintf(stderr, "ggml-trace: delay rule %d first acted on %s %s%s%s%s\n", hits[i].rule, WHERE[where & 3],
+                    queue, other ? " (the delayed call is " : "", other ? callee : "",
+                    other ? "'s: a copy runs on its source's queue)" : "");
+        }
         if (where == DELAY_HOST) {
             call.t_begin = now_ticks();
         }

@@ -29,9 +29,10 @@ void delay_prepare(ggml_backend_t backend, uint32_t index, const ggml_backend_i 
 // `graph` for computes; `a`, `b` the tensors of copies (either may be null). A host delay moves
 // call.t_begin past its sleep, so the call's interval stays the call's own. Rules match the name of
 // `named` when given (a peer copy: the destination, whose call it is in the trace, while the copy
-// runs on the source's queue), else of `backend`.
+// runs on the source's queue), else of `backend`; src= the name of `source` (a copy's), queue= the
+// name of `backend`, the queue the delay acts on and its record names.
 void delay_before(CallRec & call, ggml_backend_t backend, uint32_t index, const ggml_backend_i & orig,
                   ggml_cgraph * graph, const ggml_tensor * a, const ggml_tensor * b,
-                  ggml_backend_t named = nullptr);
+                  ggml_backend_t named = nullptr, ggml_backend_t source = nullptr);
 
 }  // namespace ggml_trace

@@ -118,7 +118,7 @@ bool parse_rule(const char * text, DelayRule & r, char * err, size_t n) {
     snprintf(r.text, sizeof(r.text), "%s", text);
     r.kind = -1;
     r.graph_lo = r.graph_hi = r.split_lo = r.split_hi = r.nth_lo = r.nth_hi = DELAY_ANY;
-    r.op[0] = r.tensor[0] = r.backend[0] = '\0';
+    r.op[0] = r.tensor[0] = r.backend[0] = r.src[0] = r.queue[0] = '\0';
     r.op_id = -1;
     r.seed = 0;
     r.random = false;
@@ -156,7 +156,7 @@ bool parse_rule(const char * text, DelayRule & r, char * err, size_t n) {
     }
     for (char * kv = strtok_r(nullptr, ",", &save); kv; kv = strtok_r(nullptr, ",", &save)) {
         char * eq = strchr(kv, '=');
-        if (!eq || eq == kv || !eq[1]) return fail(err, n, text, "keys are KEY=VALUE (graph, split, op, tensor, nth, seed)");
+        if (!eq || eq == kv || !eq[1]) return fail(err, n, text, "keys are KEY=VALUE (graph, split, op, tensor, src, queue, nth, seed)");
         *eq = '\0';
         const char * v = eq + 1;
         if (strcmp(kv, "graph") == 0) {
@@ -175,16 +175,21 @@ bool parse_rule(const char * text, DelayRule & r, char * err, size_t n) {
         } else if (strcmp(kv, "tensor") == 0) {
             if (strlen(v) >= sizeof(r.tensor)) return fail(err, n, text, "tensor glob too long");
             strcpy(r.tensor, v);
+        } else if (strcmp(kv, "src") == 0 || strcmp(kv, "queue") == 0) {
+            char * to = kv[0] == 's' ? r.src : r.queue;
+            if (strlen(v) >= sizeof(r.src)) return fail(err, n, text, "backend name too long");
+            strcpy(to, v);
         } else if (strcmp(kv, "seed") == 0) {
             char * end;
             if (!isdigit((unsigned char) *v)) return fail(err, n, text, "seed= takes a non-negative integer");
             r.seed = strtoull(v, &end, 10);
             if (*end) return fail(err, n, text, "seed= takes a non-negative integer");
         } else {
-            return fail(err, n, text, "unknown key (graph, split, op, tensor, nth, seed)");
+            return fail(err, n, text, "unknown key (graph, split, op, tensor, src, queue, nth, seed)");
         }
     }
     if (r.op[0] && r.kind != K_GRAPH_COMPUTE) return fail(err, n, text, "op= applies to graph_compute only");
+    if (r.src[0] && r.kind != K_CPY_TENSOR_ASYNC) return fail(err, n, text, "src= applies to cpy_tensor_async only");
     return true;
 }
 
@@ -241,8 +246,38 @@ bool delay_parse(const char * text, char * err, size_t err_len) {
     return true;
 }
 
-bool delay_rule_names(const DelayRule & r, const char * name) {
-    return !r.backend[0] || (name && strncmp(name, r.backend, strlen(r.backend)) == 0);
+namespace {
+bool prefix_of(const char * prefix, const char * name) {
+    return !prefix[0] || (name && strncmp(name, prefix, strlen(prefix)) == 0);
+}
+}  // namespace
+
+bool delay_rule_names(const DelayRule & r, const char * name) { return prefix_of(r.backend, name); }
+
+bool delay_rule_may_act_on(const DelayRule & r, const char * name) {
+    if (r.queue[0]) return prefix_of(r.queue, name);
+    if (prefix_of(r.backend, name)) return true;
+    bool copies = r.kind < 0 || r.kind == K_CPY_TENSOR_ASYNC;
+    return copies && prefix_of(r.src, name);  // a peer copy runs on its source's queue (any source without src=)
+}
+
+void delay_rule_queue_words(const DelayRule & r, char * out, size_t n) {
+    bool copies = r.kind < 0 || r.kind == K_CPY_TENSOR_ASYNC;
+    if (r.queue[0]) {
+        snprintf(out, n, "acts on %s's queue alone", r.queue);
+    } else if (r.src[0]) {
+        snprintf(out, n, "acts on %s's queue (a copy from an asynchronous backend runs on its source's queue; "
+                         "from any other, on the destination's)", r.src);
+    } else if (copies && r.backend[0]) {
+        snprintf(out, n, "acts on %s's queue, but a copy into %s from another asynchronous backend runs on the source's "
+                         "queue: there it stalls the source (the copy's writer), not %s (queue=%s: %s's queue alone)",
+                 r.backend, r.backend, r.backend, r.backend, r.backend);
+    } else if (copies) {
+        snprintf(out, n, "acts on each operation's own queue; a copy between two asynchronous backends runs on "
+                         "the source's");
+    } else {
+        snprintf(out, n, "acts on %s's queue", r.backend[0] ? r.backend : "each backend");
+    }
 }
 
 int delay_match(const DelayQuery & q, DelayHit * hits, int max_hits) {
@@ -254,6 +289,8 @@ int delay_match(const DelayQuery & q, DelayHit * hits, int max_hits) {
         if (!in_range(q.graph == NONE32 ? -2 : (int64_t) q.graph, r.graph_lo, r.graph_hi)) continue;
         if (!in_range(q.split, r.split_lo, r.split_hi)) continue;
         if (!delay_rule_names(r, q.backend_name)) continue;
+        if (r.src[0] && !prefix_of(r.src, q.source_name)) continue;
+        if (r.queue[0] && !prefix_of(r.queue, q.queue_name ? q.queue_name : q.backend_name)) continue;
         if (r.op[0] && (r.op_id < 0 || (q.op_first != r.op_id && q.op_last != r.op_id))) continue;
         if (r.tensor[0] && (!q.has_tensor || !q.has_tensor(q.ctx, r.tensor))) continue;
         uint64_t n = r.matched.fetch_add(1, std::memory_order_relaxed);

@@ -3,6 +3,9 @@
 // writer benchmark links this file alone to time the rules on the hot path.
 //
 // One rule: BACKEND:KIND[,KEY=VALUE...]:MICROSECONDS (docs/delay.md), several separated by ';'.
+// BACKEND names the backend whose call it is (a copy's destination); the delay acts on the queue
+// that runs the operation, which for a copy between two asynchronous backends is the source's:
+// src= selects a copy by its source, queue= an operation by the queue it runs on.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +26,8 @@ struct DelayRule {
     char op[32];             // ggml op name (upper case); "" = any
     int op_id;               // its enum ggml_op value, once resolved against the program's ggml
     char tensor[96];         // glob on a tensor name (glob_match); "" = any
+    char src[64];            // src=: a copy's source backend, name prefix; "" = any
+    char queue[64];          // queue=: the backend whose queue runs the operation, name prefix; "" = any
     uint64_t seed;
     bool random;             // rand:MAX: uniform in [0, us]
     double us;               // the delay, or the bound for rand
@@ -43,6 +48,8 @@ struct DelayQuery {
     // Whether a tensor the operation reads or writes has a name matching `glob` (null: none).
     bool (*has_tensor)(const void * ctx, const char * glob);
     const void * ctx;
+    const char * source_name;  // a copy's source backend (null: not a copy)
+    const char * queue_name;   // the backend whose queue runs the operation (null: backend_name's)
 };
 
 struct DelayHit {
@@ -65,6 +72,11 @@ int delay_kind_of(const char * name);
 
 // Whether rule `r` names the backend `name` (its BACKEND is a prefix of it, or any).
 bool delay_rule_names(const DelayRule & r, const char * name);
+// Whether rule `r` may act on `name`'s queue: its queue= or, without one, its BACKEND (a copy rule
+// naming a destination also acts on the queues of the copies' sources).
+bool delay_rule_may_act_on(const DelayRule & r, const char * name);
+// One line on which queue rule `r` acts (for the note each rule gets on stderr at start).
+void delay_rule_queue_words(const DelayRule & r, char * out, size_t n);
 
 // The rules that select `q`, in rule order (each rule counts its own matches). Returns how many.
 int delay_match(const DelayQuery & q, DelayHit * hits, int max_hits);

@@ -152,7 +152,8 @@ struct Hook<Field, Kind, Describe, Options> {
         if constexpr ((Options & (QUEUED | DELAYED)) != 0) {
             if (delay_on()) {
                 delay_before(c.r, q.backend, q.entry->index, q.entry->orig, graph_in(a...), tensor_in<0>(a...),
-                             tensor_in<1>(a...), (Options & PEER_COPY) ? owner : nullptr);
+                             tensor_in<1>(a...), (Options & PEER_COPY) ? owner : nullptr,
+                             (Options & PEER_COPY) ? obj : nullptr);
             }
         }
         if constexpr ((Options & QUEUED) != 0) {

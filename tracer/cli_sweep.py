@@ -8,7 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from .record_args import TraceOptions, add_program_options
-from .sweep import BACKENDS, DEFAULT_SLOW_US, DEFAULT_TIMEOUT_S, PATTERNS, SweepError, SweepOptions, sweep
+from .sweep import (BACKENDS, DEFAULT_SLOW_US, DEFAULT_SLOWINGS, DEFAULT_TIMEOUT_S, PATTERNS, SLOWINGS, SweepError,
+                    SweepOptions, sweep)
 from .sweep_program import (DESIGNS, MatrixError, ProgramSweepOptions, default_axes, load_matrix, parse_axis,
                             sweep_program)
 
@@ -25,7 +26,8 @@ def cmd_sweep(args) -> int:
             return 2
     options = SweepOptions(out=Path(args.output), builds=tuple(args.build or ["b10531"]), backend=args.backend,
                            patterns=tuple(args.pattern or ()), quick=args.quick, runs=args.runs,
-                           slow_us=args.slow_us, seed=args.seed, jobs=args.jobs,
+                           slow_us=args.slow_us, slowings=tuple(dict.fromkeys(args.slow or DEFAULT_SLOWINGS)),
+                           seed=args.seed, jobs=args.jobs,
                            devices=args.devices, timeout=args.timeout or DEFAULT_TIMEOUT_S)
     return run_sweep(options)
 
@@ -81,6 +83,10 @@ def add_sweep_command(sub) -> None:
                                             "(with --quick: each device slowed in turn, this many runs)")
     p.add_argument("--slow-us", type=float, default=DEFAULT_SLOW_US,
                    help="the delay before each operation of a slowed device (µs)")
+    p.add_argument("--slow", action="append", choices=list(SLOWINGS), metavar="WHAT",
+                   help="what a slowed device's runs slow, each in turn (repeatable; default: queue): queue, its "
+                        "own queue alone; compute, its splits alone; copies-from, the copies it sends; copies-into, "
+                        "the copies into it, which stalls their source's queue where the source is asynchronous")
     p.add_argument("--seed", type=int, default=0, help="of the random delays")
     p.add_argument("--jobs", type=int, default=0, help="cells run at a time (default: one per core)")
     p.add_argument("--devices", type=int, default=3, choices=range(2, 9), metavar="{2..8}",

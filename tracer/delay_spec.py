@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 KINDS = ["graph_compute", "cpy_tensor_async", "set_tensor_async", "get_tensor_async",
          "set_tensor_2d_async", "get_tensor_2d_async", "event_record", "event_wait", "synchronize",
          "comm_allreduce"]
-KEYS = ["graph", "split", "op", "tensor", "nth", "seed"]
+KEYS = ["graph", "split", "op", "tensor", "src", "queue", "nth", "seed"]
 MAX_RULES = 32
 MAX_RULE_LEN = 159
 MAX_US = 60e6
@@ -32,7 +32,7 @@ def _fail(rule: str, why: str) -> NoReturn:
 
 
 def parse_rule(rule: str) -> dict:
-    """One rule -> {backend, kind, graph, split, nth, op, tensor, seed, random, us}; ranges are
+    """One rule -> {backend, kind, graph, split, nth, op, tensor, src, queue, seed, random, us}; ranges are
     (lo, hi) tuples, absent keys None. Raises DelaySpecError with the reason."""
     rule = rule.strip()
     if len(rule) > MAX_RULE_LEN:
@@ -57,12 +57,12 @@ def parse_rule(rule: str) -> dict:
     if kind != "*" and kind not in KINDS:
         _fail(rule, f"unknown call kind ({', '.join(KINDS[:-1])} or {KINDS[-1]} or *)")
     out: dict[str, Any] = {"backend": None if backend == "*" else backend, "kind": None if kind == "*" else kind,
-           "graph": None, "split": None, "nth": None, "op": None, "tensor": None, "seed": 0,
+           "graph": None, "split": None, "nth": None, "op": None, "tensor": None, "src": None, "queue": None, "seed": 0,
            "random": random, "us": float(us)}
     for kv in parts[1:]:
         key, eq, v = kv.partition("=")
         if not key or not eq or not v:
-            _fail(rule, "keys are KEY=VALUE (graph, split, op, tensor, nth, seed)")
+            _fail(rule, "keys are KEY=VALUE (graph, split, op, tensor, src, queue, nth, seed)")
         if key in ("graph", "split", "nth"):
             m = _RANGE.match(v)
             if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
@@ -74,14 +74,20 @@ def parse_rule(rule: str) -> dict:
             out["op"] = v.upper()
         elif key == "tensor":
             out["tensor"] = v
+        elif key in ("src", "queue"):
+            if len(v) >= 64:
+                _fail(rule, "backend name too long")
+            out[key] = v
         elif key == "seed":
             if not v.isdigit():
                 _fail(rule, "seed= takes a non-negative integer")
             out["seed"] = int(v)
         else:
-            _fail(rule, "unknown key (graph, split, op, tensor, nth, seed)")
+            _fail(rule, "unknown key (graph, split, op, tensor, src, queue, nth, seed)")
     if out["op"] and out["kind"] != "graph_compute":
         _fail(rule, "op= applies to graph_compute only")
+    if out["src"] and out["kind"] != "cpy_tensor_async":
+        _fail(rule, "src= applies to cpy_tensor_async only")
     return out
 
 

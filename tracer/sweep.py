@@ -5,10 +5,12 @@ race in the traces) or GREEN, with the race named (docs/sweep.md).
 A cell is one pattern (a scenario of scenarios/scenarios.cpp) on one device set, one build, one
 kind of CPU buffer (pageable, or the first device's pinned host buffer type) and one scheduler
 mode (parallel 0: one graph, synchronized; 1: n_copies > 1, events, graphs in a row as llama.cpp's
-ubatches). Each run of a cell slows one device of the set in turn (a virtual device's queue
-latency; on a real device a delay on its own queue before each copy and each split), then further
-runs draw seeded random delays on every device. Every result is compared bit for bit with the
-same graph on the CPU alone, and every trace goes through the race analysis.
+ubatches). Each run of a cell slows one device of the set in turn, by delay rules whose delays act
+on that device's own queue alone (docs/delay.md: a copy between two asynchronous backends runs on its
+source's queue, so a rule on the copies into a device would slow their writer with it), then further
+runs draw seeded random delays on every device's queue. Every result is compared bit for bit with the
+same graph on the CPU alone, and every trace goes through the race analysis; each run's trace records
+its delays and the queue each acted on.
 
 Layers: planning (`plan`, `device_sets`), one cell (`run_cell`, in a worker process), the sweep
 (`sweep`). What is written: tracer/sweep_report.py.
@@ -40,6 +42,16 @@ assert set(SCENARIOS) <= set(PATTERNS)
 BACKENDS = ["vdev", "vulkan", "rpc", "cuda", "all"]
 BUFFERS = ["pageable", "pinned"]
 DEFAULT_SLOW_US = 3000.0  # the delay a slowed device gets before each operation (µs)
+# What a run slows on its device D: delay rules (docs/delay.md), each acting where it says.
+SLOWINGS = {
+    "queue": "its own queue: every operation that runs there (its splits, the copies into it from the host, "
+             "the copies it sends), never the queue of a device that copies into it",
+    "compute": "its splits alone",
+    "copies-from": "the copies it sends (src=D), on its own queue where a copy runs there",
+    "copies-into": "the copies into it, by destination: a copy from another asynchronous device runs on, and "
+                   "stalls, the source's queue (the copy's writer)",
+}
+DEFAULT_SLOWINGS = ("queue",)
 DEFAULT_RUNS = 8          # a full cell: one plain run, each device slowed, then random delays
 DEFAULT_TIMEOUT_S = 120.0
 VERDICTS = ["RED", "RACE", "GREEN", "ERROR"]
@@ -97,6 +109,7 @@ class SweepOptions:
     jobs: int = 0
     timeout: float = DEFAULT_TIMEOUT_S
     devices: int = 3  # of each kind a set has: virtual devices, CUDA's (GGML_CUDA_DEVICES)
+    slowings: tuple = DEFAULT_SLOWINGS  # what a slowed device's runs slow (SLOWINGS), each in turn
 
 
 @dataclass
@@ -251,48 +264,58 @@ def plan(options: SweepOptions) -> tuple[list[Cell], list[str]]:
 # -- one cell ---------------------------------------------------------------------------------------
 
 def profiles(cell: Cell, options: SweepOptions) -> list[dict]:
-    """What each run of the cell slows: {"name", "slow": {device: µs}, "seed", "random"}. Quick:
-    each device of the cell in turn (`runs`: that many runs, the devices taken round). Otherwise one
-    plain run, each device in turn, then seeded random delays on every device, up to `runs`."""
+    """What each run of the cell slows: {"name", "slow": {device: µs}, "slowing", "random", "seed"}.
+    Quick: each device of the cell in turn, with each of the options' slowings (`runs`: that many
+    runs, taken round). Otherwise one plain run, the same, then seeded random delays on every device's
+    queue, up to `runs`."""
     devs = cell.devices()
-    slowed = [{"name": f"{d} +{options.slow_us:g} us", "slow": {d: options.slow_us}, "random": False}
-              for d in devs]
+    slowed = [{"name": _profile_name(d, s, options.slow_us), "slow": {d: options.slow_us}, "slowing": s,
+               "random": False} for s in options.slowings for d in devs]
     if options.quick:
         return [slowed[i % len(slowed)] for i in range(options.runs or len(slowed))]
     runs = options.runs or DEFAULT_RUNS
-    out = [{"name": "plain", "slow": {}, "random": False}] + slowed
+    out = [{"name": "plain", "slow": {}, "slowing": None, "random": False}] + slowed
     k = 0
     while len(out) < runs:
-        out.append({"name": f"random up to {options.slow_us:g} us, seed {options.seed + k}",
-                    "slow": {d: options.slow_us for d in devs}, "random": True, "seed": options.seed + k})
+        out.append({"name": f"random up to {options.slow_us:g} us on each queue, seed {options.seed + k}",
+                    "slow": {d: options.slow_us for d in devs}, "slowing": "queue", "random": True,
+                    "seed": options.seed + k})
         k += 1
     return out[:runs]
 
 
+def _profile_name(device: str, slowing: str, us: float) -> str:
+    what = {"queue": device, "compute": f"{device} compute", "copies-from": f"copies from {device}",
+            "copies-into": f"copies into {device}, by destination"}[slowing]
+    return f"{what} +{us:g} us"
+
+
+def slow_rules(device: str, slowing: str, amount: str, seed: str = "") -> list[str]:
+    """The delay rules that slow `device` as `slowing` says (SLOWINGS); `amount` is the rules'
+    MICROSECONDS (a number, or rand:MAX with `seed` the ",seed=S" key)."""
+    return [{"queue": f"*:*,queue={device}{seed}:{amount}",
+             "compute": f"{device}:graph_compute{seed}:{amount}",
+             "copies-from": f"*:cpy_tensor_async,src={device}{seed}:{amount}",
+             "copies-into": f"{device}:cpy_tensor_async{seed}:{amount}"}[slowing]]
+
+
 def _run_env(cell: Cell, profile: dict) -> tuple[dict, list[str]]:
-    """(environment, delay rules) of one run: virtual devices slowed by their queue latency (or
-    jitter, random), real ones by delay rules before each split and each copy into them."""
+    """(environment, delay rules) of one run: each slowed device's rules (slow_rules), virtual or
+    real alike; a random run's seeds differ by device (8 × seed + the device's position)."""
     ds = cell.device_set
     env = dict(ds.env)
     vdevs = [d for d in ds.devices if d.startswith("VDEV")]
     rules = []
     if vdevs:
         env["GGML_TRACE_VIRTUAL_DEVICES"] = str(len(vdevs))
-        if profile["random"]:
-            env.update(GGML_TRACE_VDEV_LATENCY_US="0", GGML_TRACE_VDEV_JITTER_US=f"{max(profile['slow'].values()):g}",
-                       GGML_TRACE_VDEV_SEED=str(profile["seed"]))
-        else:
-            env["GGML_TRACE_VDEV_LATENCY_US"] = ",".join(f"{profile['slow'].get(v, 0):g}" for v in vdevs)
     if cell.pattern in META_SCENARIOS and any(d.startswith("CUDA") for d in ds.devices):
         # CUDA's own allreduce rounds F32 partial sums through BF16 by default (allreduce.cu), and the
         # scenario's sums are exact only in F32: its result would differ from the CPU's in every run
         env["GGML_CUDA_AR_BF16_THRESHOLD"] = "0"
-    for dev, us in profile["slow"].items():
-        if dev.startswith("VDEV"):
-            continue
+    for i, (dev, us) in enumerate(profile["slow"].items()):
         amount = f"rand:{us:g}" if profile["random"] else f"{us:g}"
-        seed = f",seed={profile['seed']}" if profile["random"] else ""
-        rules += [f"{dev}:graph_compute{seed}:{amount}", f"{dev}:cpy_tensor_async{seed}:{amount}"]
+        seed = f",seed={8 * profile['seed'] + i}" if profile["random"] else ""
+        rules += slow_rules(dev, profile.get("slowing") or "queue", amount, seed)
     return env, rules
 
 

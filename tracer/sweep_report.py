@@ -111,8 +111,14 @@ def _how(result: SweepResult) -> str:
                 f"{o.max_races} most frequent race{'s' if o.max_races != 1 else ''} forced {o.force_runs} times. "
                 f"Each cell's folder under {code('cells/')} holds its ISSUE.md.")
     return (f"Backend {code(o.backend)}, builds {builds}" + (" (quick: each device slowed once)" if o.quick else "")
-            + f"; a slowed device waits {o.slow_us:g} µs before each operation. Each table cell is the worst of its "
-            "buffer (pageable, pinned) × parallel (0, 1) cells, with how many had it.")
+            + f"; a slowed device waits {o.slow_us:g} µs before each operation "
+            + ", then in other runs ".join(SLOWING_WORDS[s] for s in o.slowings)
+            + ". Each table cell is the worst of its buffer (pageable, pinned) × parallel (0, 1) cells, with how many had it.")
+
+
+SLOWING_WORDS = {"queue": "on its own queue (never on the queue of a device that copies into it)",
+                 "compute": "of its splits", "copies-from": "of the copies it sends",
+                 "copies-into": "of the copies into it, on their source's queue"}
 
 
 def _finding_lines(c: CellResult) -> list[str]:

@@ -134,6 +134,32 @@ def test_a_copy_is_selected_by_its_tensor_names_on_the_queue_that_runs_it(tmp_pa
     assert delay_stalls(t)["stall_ns"].iloc[0] >= 0.99 * 5 * MS  # clock granularity: a few hundred ns
 
 
+
+def test_a_copy_into_a_device_from_another_is_delayed_on_the_writers_queue_and_each_rule_says_where(tmp_path):
+    """A copy between two asynchronous devices runs on the source's queue: a rule naming the destination
+    stalls the source (the copy's writer), and says so at start and at its first delay; src= selects the
+    same copies by their source; queue= keeps a rule to one device's own queue (docs/delay.md)."""
+    rules = ["VDEV1:cpy_tensor_async:300", "*:cpy_tensor_async,src=VDEV0:300", "*:*,queue=VDEV1:300"]
+    t, r = record(tmp_path, "peer", scenario_exe(), "pipeline-input-reuse", "--seed", "1", "--devices", "2",
+                  "--device", "VDEV0", "--device", "VDEV1", "--buffer", "pageable", "--parallel", "1", delay=rules,
+                  vdev=True)
+    assert ("delay rule 0 'VDEV1:cpy_tensor_async:300' acts on VDEV1's queue, but a copy into VDEV1 from another "
+            "asynchronous backend runs on the source's queue: there it stalls the source (the copy's writer)") in r.stderr
+    assert "delay rule 0 first acted on the queue of VDEV0 (the delayed call is VDEV1's" in r.stderr
+    assert "delay rule 2 '*:*,queue=VDEV1:300' acts on VDEV1's queue alone" in r.stderr
+    d = t.delays
+    by_rule = {k: g for k, g in d.groupby("rule")}
+    for rule in (0, 1):  # the same copies, by destination and by source: on VDEV0's queue
+        g = by_rule[rule]
+        assert len(g) > 0 and set(g["target_kind"].astype(str)) == {"cpy_tensor_async"}
+        assert set(g["backend"].astype(str)) == {"VDEV0"} and set(g["target_backend"].astype(str)) == {"VDEV1"}
+        assert set(g["where"].astype(str)) == {"queue"}
+    assert by_rule[0]["target_call_id"].tolist() == by_rule[1]["target_call_id"].tolist()
+    mine = by_rule[2]
+    assert set(mine["backend"].astype(str)) == {"VDEV1"} and "graph_compute" in set(mine["target_kind"].astype(str))
+    assert not set(mine["target_call_id"]) & set(by_rule[0]["target_call_id"])  # never the writer's copies
+
+
 BAD = {
     "CPU:graph_compute": "expected BACKEND:KIND",
     "CPU:graph_compute:-5": "microseconds",
@@ -147,6 +173,7 @@ BAD = {
     "CPU:graph_compute,colour=red:100": "unknown key",
     "CPU:graph_compute,op=MUL-MAT:100": "op= takes a ggml op name",
     "CPU:event_wait,op=ADD:100": "op= applies to graph_compute only",
+    "CPU:graph_compute,src=VDEV0:100": "src= applies to cpy_tensor_async only",
     "CPU:graph_compute,seed=-1:rand:100": "seed= takes",
     "CPU:graph_compute:rand:0": "microseconds",
     "CPU:graph_compute,nth:100": "KEY=VALUE",
@@ -194,9 +221,11 @@ def test_rules_from_the_environment_and_several_in_one_variable(tmp_path):
 
 def test_the_python_and_native_parsers_agree_on_good_rules(tmp_path):
     good = ["*:*:1", "VDEV0:cpy_tensor_async,tensor=Kcur-*,nth=0-3:0.5",
-            "CPU:graph_compute,graph=0-99,split=0,op=scale,seed=3:rand:250"]
-    assert [r["us"] for r in delay_spec.parse(good)] == [1.0, 0.5, 250.0]
+            "CPU:graph_compute,graph=0-99,split=0,op=scale,seed=3:rand:250",
+            "*:cpy_tensor_async,src=VDEV0,queue=VDEV0:1"]
+    assert [r["us"] for r in delay_spec.parse(good)] == [1.0, 0.5, 250.0, 1.0]
     assert delay_spec.parse(good[2:])[0]["op"] == "SCALE" and delay_spec.parse(good[2:])[0]["random"]
+    assert (delay_spec.parse(good)[3]["src"], delay_spec.parse(good)[3]["queue"]) == ("VDEV0", "VDEV0")
     t, _ = record(tmp_path, "good", built_program(BUILD, "sched-loop"), 3, delay=good)
     assert t.meta["delay.rules"] == ";".join(good)
     assert np.array_equal(np.sort(t.delays["rule"].unique()), [0, 2])  # rule 1: no copies here

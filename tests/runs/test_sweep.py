@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from ggml_trace import analysis
 from support import ggml_trace
 
 BUILDS = ["b10524", "b10531", "b11434", "b11434-ppfix", "b11434-slotfix"]
@@ -92,3 +93,38 @@ def test_unknown_builds_and_patterns_get_a_line_each_and_the_rest_runs(tmp_path)
     assert {c["pattern"] for c in d["cells"]} == {"inputless-reuse"} and len(d["problems"]) == 2
     r = ggml_trace("sweep", "--build", "b99999", "-o", tmp_path / "none", timeout=600)
     assert r.returncode == 2 and "nothing to run" in r.stderr
+
+
+def test_a_slowed_device_never_stalls_the_writer_of_a_copy_into_it(tmp_path):
+    """The copy-slot pattern (docs/census.md): VDEV0 copies into VDEV1's input slot, a copy between two
+    asynchronous devices, which runs on VDEV0's queue. Every run that slows a device (its queue, or its
+    splits alone) delays only that device's own queue, never the queue of a device that writes a copy into
+    it, as each run's trace shows (the delays and the queue each acted on); the copies into VDEV1 slowed by
+    name act on VDEV0's queue, the writer's, and the trace says that too."""
+    r = ggml_trace("sweep", "--quick", "--build", "b10531", "--pattern", "pipeline-input-reuse", "--slow", "queue",
+                   "--slow", "compute", "--slow", "copies-into", "-o", tmp_path, timeout=900)
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    d = json.loads((tmp_path / "sweep.json").read_text())
+    assert d["cells"] and all(c["verdict"] != "ERROR" for c in d["cells"])
+    peer_copies_checked = 0
+    for cell in d["cells"]:
+        assert [p["slowing"] for p in cell["profiles"]] == ["queue"] * 2 + ["compute"] * 2 + ["copies-into"] * 2
+        for profile, path in zip(cell["profiles"], cell["traces"]):
+            (dev,) = profile["slow"]
+            t = analysis.load(path)
+            delays = t.delays
+            assert len(delays) > 0, (cell["pattern"], profile["name"])
+            acted_on = set(delays["backend"].astype(str))
+            c = t.copies
+            into = c[(c["kind"] == "cpy_tensor_async") & (c["dst_backend"] == dev)]
+            writers = set(into["src_backend"].dropna().astype(str)) - {dev, "CPU"}
+            if profile["slowing"] in ("queue", "compute"):
+                assert acted_on == {dev}, (profile["name"], acted_on)
+                assert not writers & acted_on
+                if profile["slowing"] == "compute":
+                    assert set(delays["target_kind"].astype(str)) == {"graph_compute"}
+                peer_copies_checked += bool(writers)
+            elif writers:  # the copies into dev, named by their destination: delayed on their writer's queue
+                peer = delays[delays["target_backend"] == dev]
+                assert set(peer["backend"].astype(str)) == writers, profile["name"]
+    assert peer_copies_checked  # the slowed reader did receive copies from another device

@@ -4,10 +4,12 @@ The sweep run on real builds: tests/runs/test_sweep.py and tests/external/test_s
 import re
 from pathlib import Path
 
+import pytest
+
 from ggml_trace.tracer import sweep_report
-from ggml_trace.tracer.delay_spec import parse
-from ggml_trace.tracer.sweep import (PATTERN_DEVICES, CellResult, Cell, DeviceSet, SweepOptions, SweepResult,
-                                     _merge_race, _run_env, profiles, progress_words)
+from ggml_trace.tracer.delay_spec import DelaySpecError, parse
+from ggml_trace.tracer.sweep import (PATTERN_DEVICES, SLOWINGS, CellResult, Cell, DeviceSet, SweepOptions, SweepResult,
+                                     _merge_race, _run_env, profiles, progress_words, slow_rules)
 
 VDEV = DeviceSet("VDEV", ("VDEV0", "VDEV1", "VDEV2"), "b10531", (("GGML_TRACE_VDEV_HOST_COPIES", "pinned"),))
 MIXED = DeviceSet("Vulkan0+VDEV", ("Vulkan0", "VDEV0", "VDEV1"), "b10531-vulkan", (("GGML_VK_VISIBLE_DEVICES", "0"),))
@@ -29,17 +31,38 @@ def test_a_full_cell_is_plain_then_each_device_then_seeded_random():
     assert [(p["random"], p.get("seed")) for p in runs[3:]] == [(True, 7), (True, 8)]
 
 
-def test_virtual_devices_are_slowed_by_latency_real_ones_by_delay_rules_that_parse():
+def test_each_slowing_in_turn_for_each_device():
+    opts = SweepOptions(out=Path("x"), quick=True, slowings=("queue", "compute", "copies-into"))
+    runs = profiles(Cell("y-graph", VDEV, "b10531", "pinned", 1), opts)
+    assert [(p["slowing"], list(p["slow"])) for p in runs] == [
+        ("queue", ["VDEV0"]), ("queue", ["VDEV1"]), ("compute", ["VDEV0"]), ("compute", ["VDEV1"]),
+        ("copies-into", ["VDEV0"]), ("copies-into", ["VDEV1"])]
+    assert runs[-1]["name"] == "copies into VDEV1, by destination +3000 us"
+
+
+def test_a_slowed_device_is_slowed_on_its_own_queue_alone_by_rules_that_parse():
+    """Virtual and real devices alike: delay rules, so that every run's trace records its delays and the
+    queue each acted on. The default slows every operation that runs on the device's queue (queue=), never
+    the copies into it by name: a copy from another asynchronous device runs on the source's queue, and a
+    delay before it there would slow the copy's writer with the device (docs/delay.md)."""
     cell = Cell("y-graph", MIXED, "b10531", "pinned", 0)
     env, rules = _run_env(cell, {"slow": {"VDEV0": 3000.0}, "random": False})
-    assert env["GGML_TRACE_VIRTUAL_DEVICES"] == "2" and env["GGML_TRACE_VDEV_LATENCY_US"] == "3000,0" and rules == []
-    env, rules = _run_env(cell, {"slow": {"Vulkan0": 3000.0}, "random": False})
-    assert env["GGML_TRACE_VDEV_LATENCY_US"] == "0,0"
-    assert rules == ["Vulkan0:graph_compute:3000", "Vulkan0:cpy_tensor_async:3000"]
-    env, rules = _run_env(cell, {"slow": {"Vulkan0": 3000.0, "VDEV0": 3000.0}, "random": True, "seed": 4})
-    assert (env["GGML_TRACE_VDEV_JITTER_US"], env["GGML_TRACE_VDEV_SEED"]) == ("3000", "4")
-    assert rules == ["Vulkan0:graph_compute,seed=4:rand:3000", "Vulkan0:cpy_tensor_async,seed=4:rand:3000"]
-    assert len(parse(rules)) == 2  # the rules are the delay language's (docs/delay.md)
+    assert env["GGML_TRACE_VIRTUAL_DEVICES"] == "2" and "GGML_TRACE_VDEV_LATENCY_US" not in env
+    assert rules == ["*:*,queue=VDEV0:3000"]
+    env, rules = _run_env(cell, {"slow": {"Vulkan0": 3000.0}, "slowing": "queue", "random": False})
+    assert rules == ["*:*,queue=Vulkan0:3000"]
+    env, rules = _run_env(cell, {"slow": {"Vulkan0": 3000.0, "VDEV0": 3000.0}, "slowing": "queue", "random": True,
+                                 "seed": 4})
+    assert "GGML_TRACE_VDEV_JITTER_US" not in env
+    assert rules == ["*:*,queue=Vulkan0,seed=32:rand:3000", "*:*,queue=VDEV0,seed=33:rand:3000"]
+    assert slow_rules("VDEV1", "compute", "3000") == ["VDEV1:graph_compute:3000"]
+    assert slow_rules("VDEV1", "copies-from", "3000") == ["*:cpy_tensor_async,src=VDEV1:3000"]
+    assert slow_rules("VDEV1", "copies-into", "3000") == ["VDEV1:cpy_tensor_async:3000"]
+    every = [r for s in SLOWINGS for r in slow_rules("VDEV1", s, "rand:3000", ",seed=2")]
+    assert len(parse(every + rules)) == 6  # the rules are the delay language's (docs/delay.md)
+    assert parse(["*:*,queue=VDEV1:1"])[0]["queue"] == "VDEV1"
+    with pytest.raises(DelaySpecError, match="src= applies to cpy_tensor_async only"):
+        parse(["VDEV0:graph_compute,src=VDEV1:1"])
 
 
 def _finding(tensor_a="h", tensor_b="z", verdict="manifested", missing="nothing orders VDEV0 ..."):
