@@ -17,7 +17,7 @@ cmake --build "$work" -j "${JOBS:-$(nproc)}" >"$work.build.log" 2>&1 || { cat "$
 cp "$work/libggml-trace-hooks.so" "$outdir/libggml-trace-hooks.so"
 cp "$work/libggml-trace-vdev.so" "$outdir/libggml-trace-vdev.so"  # virtual devices, beside the hooks
 # the scenario and test programs built against this ggml, when GGML_LIB_DIR let CMake build them
-for p in ggml-trace-scenarios sched-loop many-scheds; do
+for p in ggml-trace-scenarios sched-loop many-scheds test-backend-sched-copy-slot; do
   [ -f "$work/$p" ] && cp "$work/$p" "$outdir/$p"
 done
 true
