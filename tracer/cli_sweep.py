@@ -42,8 +42,9 @@ def program_options(args) -> ProgramSweepOptions:
     words = tuple(shlex.split(program))
     axes = axes + tuple(parse_axis(a) for a in args.axis or ())
     trace = replace(TraceOptions.from_args(args), build=None)  # each --build is a column
-    return ProgramSweepOptions(out=Path(args.output), program=words, axes=axes or default_axes(words),
-                               design=args.design or design or "each", builds=tuple(args.build or ()),
+    builds = tuple(args.build or ())
+    return ProgramSweepOptions(out=Path(args.output), program=words, axes=axes or default_axes(words, builds),
+                               design=args.design or design or "each", builds=builds,
                                quick=args.quick, runs=args.runs, reference=args.reference,
                                reference_dev=args.reference_dev, max_races=args.max_races,
                                force_runs=args.force_runs, replay_runs=args.replay_runs,

@@ -39,7 +39,7 @@ SEVERAL_DEVICES = ("tensor",)
 # llama.cpp's spellings of one option, so that --reference replaces either
 ALIASES = [("-dev", "--device"), ("-ngl", "--gpu-layers", "--n-gpu-layers"), ("-sm", "--split-mode"),
            ("-ts", "--tensor-split"), ("-mg", "--main-gpu"), ("-ot", "--override-tensor"),
-           ("-nkvo", "--no-kv-offload")]
+           ("-nkvo", "--no-kv-offload"), ("-fit", "--fit")]
 # what the folder holds of ours, removed when a diagnosis is written again into it
 OURS = ("ISSUE.md", "timeline.png", "report.html", "diagnosis.json", "runs", "repro")
 
@@ -208,7 +208,7 @@ def with_options(argv: list, extra: list) -> list:
     return out
 
 
-def _option_value(argv: list, option: str) -> str | None:
+def option_value(argv: list, option: str) -> str | None:
     """The value `argv` gives `option` (any of its spellings; `-sm tensor` or `--split-mode=tensor`)."""
     names = _aliases(option)
     for i, w in enumerate(argv[1:], 1):
@@ -225,7 +225,7 @@ def reference_argv(argv: list, reference: str | None, reference_dev: str | None)
     if reference is not None:
         return with_options(argv, shlex.split(reference))
     one_device = ["-dev", reference_dev or DEFAULT_REFERENCE_DEV]
-    if _option_value(argv, "-sm") in SEVERAL_DEVICES:
+    if option_value(argv, "-sm") in SEVERAL_DEVICES:
         one_device += ["-sm", "none"]
     return with_options(argv, one_device)
 

@@ -12,17 +12,22 @@ A matrix is axes, each a list of alternatives; an alternative is words put into 
 """
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
 
 from .delay_spec import DelaySpecError
-from .diagnose import DiagnoseError, DiagnoseOptions, diagnose, with_options
-from .hooks import HooksNotFound, ggml_base_of, ggml_program, pinned_builds
+from .diagnose import SEVERAL_DEVICES, DiagnoseError, DiagnoseOptions, diagnose, option_value, with_options
+from .hooks import HooksNotFound, ggml_program, pinned_builds
 from .record_args import Program, TraceOptions
 from .sweep import RACE_VERDICTS, CellResult, DeviceSet, SweepError, SweepResult, failure_cause, progress_words
 
@@ -57,10 +62,16 @@ DEFAULT_AXES = (
     Axis("graph reuse", ("LLAMA_GRAPH_REUSE_DISABLE=1",)),
     Axis("scheduler copies", ("GGML_SCHED_MAX_COPIES=1", "GGML_SCHED_MAX_COPIES=8")),
 )
-CUDA_AXES = (  # only where the program's ggml has CUDA
+CUDA_AXES = (  # only where the program's ggml has CUDA (ggml_has_cuda)
     Axis("CUDA allreduce", ("GGML_CUDA_ALLREDUCE=internal", "GGML_CUDA_ALLREDUCE=none")),
     Axis("CUDA graphs", ("GGML_CUDA_GRAPH_OPT=1", "GGML_CUDA_DISABLE_GRAPHS=1")),
 )
+# llama.cpp's --fit (on by default) refuses a tensor split: its common library throws this, and the
+# program goes on with parameters nobody fitted (b10524, b10531, b11434: common/fit.cpp). A cell with
+# -sm tensor runs with -fit off where the program carries the refusal and its command sets no --fit.
+FIT_REFUSES_TENSOR = b"llama_params_fit is not implemented for SPLIT_MODE_TENSOR"
+FIT_OFF = ("-fit", "off")
+FALSEY = ("off", "false", "0", "disabled")  # llama.cpp's is_falsey
 
 
 def parse_axis(text: str) -> Axis:
@@ -197,11 +208,63 @@ class ProgramSweepOptions:
 
 def command(cell: ProgramCell, options: ProgramSweepOptions) -> list[str]:
     """The command line of one cell: the program on the cell's build, its options in place of the
-    command's own, its environment through `env` (which the reference runs too)."""
+    command's own, its environment through `env` (which the reference runs too); with a tensor
+    split, -fit off where the program's --fit refuses one (tensor_split_needs)."""
     argv = [_in_bin(w, cell.build) for w in options.program]
     env, words = cell.env_and_options()
     argv = with_options(argv, words)
+    argv = with_options(argv, list(tensor_split_needs(argv)))
     return ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else argv
+
+
+def tensor_split_needs(argv: list) -> tuple:
+    """What a command with `-sm tensor` needs to run its split: `-fit off` where the program's
+    --fit refuses a tensor split (FIT_REFUSES_TENSOR) and the command sets no --fit of its own."""
+    if option_value(argv, "-sm") not in SEVERAL_DEVICES or option_value(argv, "-fit") is not None:
+        return ()
+    exe = _executable(ggml_program(list(argv)))
+    return FIT_OFF if exe is not None and _carries(str(exe), FIT_REFUSES_TENSOR) else ()
+
+
+def tensor_split_refused(argv: list) -> str:
+    """Why a tensor split cannot run, where the command itself keeps the program's --fit on, which
+    refuses one; "" otherwise."""
+    fit = option_value(argv, "-fit")
+    if option_value(argv, "-sm") not in SEVERAL_DEVICES or fit is None or fit in FALSEY:
+        return ""
+    exe = _executable(ggml_program(list(argv)))
+    if exe is None or not _carries(str(exe), FIT_REFUSES_TENSOR):
+        return ""
+    return f"the command sets --fit {fit}, and llama.cpp's --fit refuses -sm tensor (-fit off runs it)"
+
+
+def _executable(program: str) -> Path | None:
+    exe = shutil.which(program) if "/" not in program else program
+    return Path(exe).resolve() if exe and os.path.isfile(exe) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _carries(exe: str, text: bytes) -> bool:
+    """Whether `exe` or a llama.cpp library it loads holds `text` (llama.cpp's common library is
+    linked into each program, or is a shared one of its own: libllama-common, b11434)."""
+    paths = [Path(exe), *(p for n, p in _loaded(exe).items() if n.startswith(("libllama", "libcommon")))]
+    for path in paths:
+        try:
+            if text in path.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(exe: str) -> dict:
+    """{library name: path} of what `exe` loads (ldd), {} when that cannot be said."""
+    try:
+        out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {m.group(1): Path(m.group(2)) for m in re.finditer(r"^\s*(\S+)\s+=>\s+(/\S+)", out, re.M)}
 
 
 def _in_bin(word: str, build: str) -> str:
@@ -217,11 +280,62 @@ def _in_bin(word: str, build: str) -> str:
     return path
 
 
-def default_axes(program: tuple) -> tuple:
-    """DEFAULT_AXES, and CUDA's where the program's ggml has a CUDA backend beside it."""
-    base = ggml_base_of(ggml_program(list(program))) if program else None
-    cuda = base is not None and any(base.parent.glob("libggml-cuda*"))
+def default_axes(program: tuple, builds: tuple = ()) -> tuple:
+    """DEFAULT_AXES, and CUDA's where the ggml of a column has CUDA (ggml_has_cuda): each build's
+    program ({bin} its bin folder), or without builds the program's own. A column whose ggml has
+    none runs a CUDA variable as the command as given (ggml-cuda alone reads them)."""
+    columns = [[_in_bin(w, b) for w in program] for b in builds or ("",)] if program else []
+    cuda = any(ggml_has_cuda(ggml_program(argv)) for argv in columns)
     return DEFAULT_AXES + (CUDA_AXES if cuda else ())
+
+
+def ggml_has_cuda(program: str) -> bool:
+    """Whether the ggml that `program` loads has a CUDA backend, from its libraries: a libggml-cuda it
+    loads (linked through libggml), one beside its libggml-base or beside the program (where a build
+    of loadable backends, GGML_BACKEND_DL, finds them), else a "CUDA" among the backends its ggml
+    registers once every loadable backend is loaded (a build's backend folder, GGML_BACKEND_DIR)."""
+    exe = _executable(program)
+    if exe is None:
+        return False
+    libs = _loaded(str(exe))
+    if any(name.startswith("libggml-cuda") for name in libs):
+        return True
+    folders = {exe.parent} | {p.resolve().parent for n, p in libs.items() if n.startswith("libggml-base")}
+    if any(any(f.glob("libggml-cuda*")) for f in folders):
+        return True
+    ggml = next((p for n, p in libs.items() if n.startswith("libggml.so")), None)
+    return ggml is not None and "CUDA" in registered_backends(str(ggml), str(exe.parent))
+
+
+_REGISTERED = """
+import ctypes, sys
+g = ctypes.CDLL(sys.argv[1])
+if hasattr(g, "ggml_backend_load_all_from_path"):
+    g.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    g.ggml_backend_load_all_from_path(sys.argv[2].encode())
+if hasattr(g, "ggml_backend_load_all"):
+    g.ggml_backend_load_all()
+g.ggml_backend_reg_count.restype = ctypes.c_size_t
+g.ggml_backend_reg_get.restype = ctypes.c_void_p
+g.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+g.ggml_backend_reg_name.restype = ctypes.c_char_p
+g.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+for i in range(g.ggml_backend_reg_count()):
+    print(g.ggml_backend_reg_name(g.ggml_backend_reg_get(i)).decode())
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def registered_backends(libggml: str, folder: str) -> tuple:
+    """The names of the backends the ggml of `libggml` registers, its loadable ones loaded (from
+    `folder`, the program's, and where that ggml looks by itself), asked in a process of its own;
+    () when it cannot say."""
+    try:
+        r = subprocess.run([sys.executable, "-c", _REGISTERED, libggml, folder], capture_output=True, text=True,
+                           timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("GGML_TRACE_")})
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(r.stdout.split()) if r.returncode == 0 else ()
 
 
 def plan(options: ProgramSweepOptions) -> tuple[list[ProgramCell], list[str]]:
@@ -268,7 +382,7 @@ def run_program_cell(cell: ProgramCell, options: ProgramSweepOptions) -> CellRes
         stderr = folder / "runs" / "run-1.stderr"  # the program's own words, where it ran
         said = failure_cause(stderr.read_text(errors="replace")) if stderr.exists() else ""
         res.verdict, res.seconds = "ERROR", time.monotonic() - t0
-        res.error = (f"the program says: {said}; " if said else "") + str(e)
+        res.error = _with_reason((f"the program says: {said}; " if said else "") + str(e), argv)
         return res
     res.runs = len(d.runs)
     res.traces = [str(folder / r.trace) for r in d.runs if r.trace]
@@ -279,7 +393,8 @@ def run_program_cell(cell: ProgramCell, options: ProgramSweepOptions) -> CellRes
     if len(failed) == len(d.runs):
         res.verdict = "ERROR"
         said = (folder / failed[0].stderr).read_text(errors="replace")
-        res.error = f"every run failed ({failed[0].exit}): {failure_cause(said)} (stderr: {folder / failed[0].stderr})"
+        res.error = _with_reason(f"every run failed ({failed[0].exit}): {failure_cause(said)} "
+                                 f"(stderr: {folder / failed[0].stderr})", argv)
         res.seconds = time.monotonic() - t0
         return res
     if d.has_reference:
@@ -294,6 +409,16 @@ def run_program_cell(cell: ProgramCell, options: ProgramSweepOptions) -> CellRes
     res.verdict = "RED" if wrong else "RACE" if res.races else "GREEN"
     res.seconds = time.monotonic() - t0
     return res
+
+
+def _with_reason(error: str, argv: list) -> str:
+    """`error`, after why the cell's configuration cannot run where that is known."""
+    if argv and argv[0] == "env":  # the cell's variables before the program
+        argv = argv[1:]
+        while argv and _ENV_WORD.match(argv[0]):
+            argv = argv[1:]
+    why = tensor_split_refused(argv)
+    return f"{why}; {error}" if why else error
 
 
 def _race_json(m, wrong: set, folder: Path) -> dict:

@@ -86,3 +86,21 @@ def test_cells_whose_reference_failed_compare_their_runs_and_say_so(tmp_path):
         assert c["reference_failed"].startswith("exit status 1") and "--no-such-option" in c["reference_failed"]
     md = (tmp_path / "sweep.md").read_text()
     assert "| `as given` | 🟢 † |" in md and "compared only with each other" in md
+
+
+def test_a_tensor_split_runs_on_virtual_devices_with_what_the_program_needs(tmp_path):
+    """The default matrix's -sm tensor on b11434 (two virtual devices, tiny Llama): llama.cpp's --fit
+    refuses a tensor split, so the cell runs it with -fit off; it runs (the meta backend's race is
+    b11434's, docs/tensor-parallel.md), an ERROR it is not."""
+    llama = BUILD / "models" / "tiny-llama.gguf"
+    needs(llama, BUILD / "llama-b11434" / "bin" / "llama-completion")
+    program = shlex.join(["{bin}/llama-completion", "-m", str(llama), "-p", "the of and to", "-n", "8", "--temp", "0",
+                          "--seed", "1", "-no-cnv", "-ngl", "99", "-dev", "VDEV0,VDEV1"])
+    r = ggml_trace("sweep", "-o", tmp_path, "--program", program, "--build", "b11434", "--virtual-devices", "2",
+                   "--axis", "split: -sm tensor", "--runs", "2", "--force-runs", "1", timeout=900)
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    d = json.loads((tmp_path / "sweep.json").read_text())
+    tensor = cell(d, "-sm tensor", "b11434")
+    assert tensor["command"][-4:] == ["-sm", "tensor", "-fit", "off"], tensor["command"]
+    assert tensor["verdict"] != "ERROR", tensor["error"]
+    assert tensor["runs"] == 2, tensor

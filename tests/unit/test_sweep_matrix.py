@@ -3,14 +3,16 @@ line and a matrix file write them, the configurations of each design, the comman
 and what the page says of a program's cells. Run on real llama.cpp builds:
 tests/runs/test_sweep_program.py."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from ggml_trace.tracer import sweep_report
+from ggml_trace.tracer import sweep_program, sweep_report
+from ggml_trace.tracer.diagnose import reference_argv
 from ggml_trace.tracer.sweep import CellResult, DeviceSet, SweepResult
-from ggml_trace.tracer.sweep_program import (AS_GIVEN, Axis, MatrixError, ProgramCell, ProgramSweepOptions, command,
-                                             configurations, load_matrix, parse_axis)
+from ggml_trace.tracer.sweep_program import (AS_GIVEN, CUDA_AXES, Axis, MatrixError, ProgramCell, ProgramSweepOptions,
+                                             command, configurations, default_axes, load_matrix, parse_axis)
 
 
 def test_an_axis_is_alternatives_split_at_bare_pipes():
@@ -35,7 +37,7 @@ def test_designs_each_and_full():
                                             ("-sm tensor", "-nkvo")]
 
 
-def test_a_cell_puts_its_options_in_place_and_its_variables_before_the_program():
+def test_a_cell_puts_its_options_in_place_and_its_variables_before_the_program(no_ldd):
     cell = ProgramCell(("GGML_SCHED_MAX_COPIES=1 -sm tensor", "-ot 'a=CPU'"), 3, "", DeviceSet("p", (), ""))
     opts = ProgramSweepOptions(Path("x"), ("llama-completion", "-m", "m.gguf", "--split-mode", "layer"))
     assert command(cell, opts) == ["env", "GGML_SCHED_MAX_COPIES=1", "llama-completion", "-m", "m.gguf",
@@ -88,3 +90,89 @@ def test_a_cell_whose_reference_failed_is_marked_and_says_so(tmp_path):
     assert "| `as given` | 🟢 † |" in md and "| `-nkvo` | 🔴 RED † |" in md and "| `-fa on` | 🟢 |" in md
     assert md.count("invalid argument: --no-such-option") == 2  # each cell whose reference failed, said once
     assert "compared only with each other" in md and "its reference failed" in md
+
+
+@pytest.fixture
+def no_ldd(monkeypatch):
+    """The program's libraries as a dict the test sets (ldd is a program: not started here)."""
+    libs: dict = {}
+    monkeypatch.setattr(sweep_program, "_loaded", lambda exe: libs)
+    monkeypatch.setattr(sweep_program, "ggml_program", lambda cmd: next(w for w in cmd if "llama" in w))
+    monkeypatch.setattr(sweep_program, "registered_backends", lambda libggml, folder: ())
+    return libs
+
+
+def _program(folder: Path, carries_refusal: bool) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "llama-completion"
+    exe.write_bytes(b"\x7fELF..." + (sweep_program.FIT_REFUSES_TENSOR if carries_refusal else b"") + b"...")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_a_tensor_split_gets_fit_off_where_the_programs_fit_refuses_one(tmp_path, no_ldd):
+    """llama.cpp's --fit (on by default) refuses -sm tensor (common/fit.cpp of b10524 to b11434): the
+    cell runs the split with -fit off, unless the command sets --fit itself; other split modes, and a
+    program without that refusal, are left as they are."""
+    refuses = str(_program(tmp_path / "a", True))
+    plain = str(_program(tmp_path / "b", False))
+    tensor = ProgramCell(("-sm tensor",), 2, "", DeviceSet("p", (), ""))
+    layer = ProgramCell(("-sm layer",), 3, "", DeviceSet("p", (), ""))
+    opts = ProgramSweepOptions(Path("x"), (refuses, "-m", "m.gguf", "-ngl", "99"))
+    assert command(tensor, opts) == [refuses, "-m", "m.gguf", "-ngl", "99", "-sm", "tensor", "-fit", "off"]
+    assert command(layer, opts)[-2:] == ["-sm", "layer"]
+    assert command(ProgramCell(("-sm tensor",), 2, "", DeviceSet("p", (), "")),
+                   replace(opts, program=(plain, "-m", "m.gguf")))[-2:] == ["-sm", "tensor"]
+    # the command's own --fit is kept (and with it the program's refusal, its own words in the cell)
+    own = replace(opts, program=(refuses, "-m", "m.gguf", "--fit", "on"))
+    assert command(tensor, own)[-4:] == ["--fit", "on", "-sm", "tensor"]
+    # the split given by the command itself, a matrix variable before it
+    given = replace(opts, program=(refuses, "--split-mode", "tensor"))
+    reuse = ProgramCell(("LLAMA_GRAPH_REUSE_DISABLE=1",), 4, "", DeviceSet("p", (), ""))
+    assert command(reuse, given) == ["env", "LLAMA_GRAPH_REUSE_DISABLE=1", refuses, "--split-mode", "tensor",
+                                     "-fit", "off"]
+    # the reference (one device, -sm none in place of tensor) keeps the command's -fit off
+    assert reference_argv(command(tensor, opts), None, None)[-4:] == ["-fit", "off", "-dev", "none"]
+
+
+def test_cuda_axes_come_from_the_programs_ggml_not_from_its_words(tmp_path, no_ldd, monkeypatch):
+    """Offered where the program's ggml has CUDA: a libggml-cuda it loads (through libggml), one beside
+    its libggml-base or beside it (loadable backends), or CUDA among the backends its ggml registers;
+    with --build, each build's program ({bin}). A device name in the command says nothing."""
+    exe = _program(tmp_path / "own" / "bin", False)
+    words = (str(exe), "-m", "m.gguf", "-dev", "CUDA0,CUDA1")
+    assert CUDA_AXES[0] not in default_axes(words)  # CUDA in the words, none in the ggml
+    no_ldd["libggml-cuda.so"] = tmp_path / "ggml" / "src" / "ggml-cuda" / "libggml-cuda.so"  # a ggml tree's layout
+    assert default_axes(words)[-2:] == CUDA_AXES
+    no_ldd.clear()
+    base = tmp_path / "lib" / "libggml-base.so"
+    base.parent.mkdir()
+    base.write_bytes(b"")
+    no_ldd["libggml-base.so.0"] = base
+    assert CUDA_AXES[0] not in default_axes(words)
+    (tmp_path / "lib" / "libggml-cuda.so").write_bytes(b"")  # beside libggml-base
+    assert default_axes(words)[-2:] == CUDA_AXES
+    (tmp_path / "lib" / "libggml-cuda.so").unlink()
+    (exe.parent / "libggml-cuda.so").write_bytes(b"")  # beside the program (GGML_BACKEND_DL)
+    assert default_axes(words)[-2:] == CUDA_AXES
+    (exe.parent / "libggml-cuda.so").unlink()
+    no_ldd["libggml.so.0"] = tmp_path / "lib" / "libggml.so.0"
+    monkeypatch.setattr(sweep_program, "registered_backends", lambda libggml, folder: ("CPU", "CUDA"))
+    assert default_axes(words)[-2:] == CUDA_AXES  # registered by the ggml itself (GGML_BACKEND_DIR)
+    monkeypatch.setattr(sweep_program, "registered_backends", lambda libggml, folder: ("CPU",))
+    # --build: each build's program; CUDA where any column's ggml has it
+    cuda_bin = _program(tmp_path / "b2" / "bin", False).parent
+    (cuda_bin / "libggml-cuda.so").write_bytes(b"")
+    monkeypatch.setattr(sweep_program, "pinned_builds", lambda: {"b1": exe.parent, "b2": cuda_bin})
+    templ = ("{bin}/llama-completion", "-m", "m.gguf")
+    assert CUDA_AXES[0] not in default_axes(templ, ("b1",))
+    assert default_axes(templ, ("b1", "b2"))[-2:] == CUDA_AXES
+
+
+def test_a_tensor_split_the_commands_own_fit_refuses_says_why(tmp_path, no_ldd):
+    refuses = str(_program(tmp_path / "a", True))
+    argv = ["env", "A=1", refuses, "--fit", "on", "-sm", "tensor"]
+    assert sweep_program._with_reason("every run failed", argv) == (
+        "the command sets --fit on, and llama.cpp's --fit refuses -sm tensor (-fit off runs it); every run failed")
+    assert sweep_program._with_reason("x", [refuses, "-fit", "off", "-sm", "tensor"]) == "x"
+    assert sweep_program._with_reason("x", [refuses, "-fit", "on", "-sm", "layer"]) == "x"
