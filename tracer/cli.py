@@ -374,7 +374,7 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("scenario", help="run a scheduler scenario on virtual async devices, traced")
     p.add_argument("name", help="inputless-reuse, cpu-async-cpu, ...")
-    p.add_argument("--build", default="b10531", help="pinned build (default: %(default)s)")
+    p.add_argument("--build", default="b10531", help="one of the project's builds, or one build-hooks made (default: %(default)s)")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--latency-us", type=_latencies, default="5000", metavar="US[,US...]",
                    help="virtual device latency per operation; A,B,... gives one value per device")

@@ -1,6 +1,6 @@
 """`make demo`: the tool's main job on its embedded default.
 
-1. The race of ggml issue #23321, reproduced on virtual async devices: the `inputless-reuse`
+1. The race of llama.cpp issue #23321, reproduced on virtual async devices: the `inputless-reuse`
    scenario on llama.cpp b10524 (before the fix) and b10531 (after it), with the race verdicts and
    each run's timeline and bug-report page.
 2. A real llama.cpp run on two virtual async devices: b10531's llama-simple offloading every layer

@@ -112,7 +112,7 @@ def add_program_options(p, build: bool = True) -> None:
     builds has its own)."""
     p.add_argument("--hooks", help="hook library to inject (default: the one built for the program's ggml)")
     if build:
-        p.add_argument("--build", help="use the hooks of a pinned build, e.g. b10531")
+        p.add_argument("--build", help="use the hooks of a build: the project's (b10531, b11434-ppfix, ...) or one build-hooks made")
     p.add_argument("--virtual-devices", type=int, default=0, metavar="N",
                    help="give the program N virtual async devices VDEV0..N-1 (docs/scenarios.md)")
     p.add_argument("--vdev-latency-us", type=_latencies, default=VDEV_LATENCY_US, metavar="US[,US...]",

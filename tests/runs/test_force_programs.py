@@ -1,5 +1,5 @@
 """`ggml-trace force`: latent races made to manifest by a delay, on the pinned builds' scenario
-programs (virtual devices, no latency), before and after the fix for ggml issue #23321."""
+programs (virtual devices, no latency), before and after the fix for llama.cpp issue #23321."""
 import json
 import os
 import subprocess

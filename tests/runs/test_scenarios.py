@@ -1,5 +1,5 @@
 """Virtual async devices and scheduler scenarios, on real upstream code before and after the fix
-for ggml issue #23321 (b10524 -> b10531)."""
+for llama.cpp issue #23321 (b10524 -> b10531)."""
 import subprocess
 
 import pytest

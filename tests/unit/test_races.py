@@ -1,6 +1,6 @@
 """Tests of the race analysis (analysis.races), on traces made by hand with tests/support/tracegen.py.
 
-The scenarios follow ggml issue #23321: an async backend A queues work that reads bytes X, and a
+The scenarios follow llama.cpp issue #23321: an async backend A queues work that reads bytes X, and a
 later operation on another backend writes X (a different tensor the allocator placed there)
 while nothing orders it after A's work.
 """
