@@ -20,11 +20,13 @@ import pandas as pd
 
 from .intervals import ROW_COPIES, ROW_EXEC, ROW_KERNELS, ROW_THREAD, IntervalModel
 from .schema import FRAMES
+from .stream_races import WORK_OPS, event_edges, stream_operations
 from .summary import summarize
 from .view_text import StringTables, bar_labels
 
 BACKEND_PID_BASE = 1_000_000_000  # backend "processes": far from any real pid
 COUNTERS_PID = BACKEND_PID_BASE - 1  # the GPUs' NVML counters
+STREAMS_PID = BACKEND_PID_BASE - 2  # CUDA streams mode: ggml-cuda's streams, in issue order
 
 
 def _ts(ns) -> np.ndarray:
@@ -215,16 +217,65 @@ def perfetto_events(trace) -> dict:
                      "args": {"name": str(rows["label"].iat[r])}})
         meta.append({"name": "thread_sort_index", "ph": "M", "pid": bpid, "tid": 1 + r,
                      "args": {"sort_index": r}})
+    stream_meta, stream_frames = _cuda_streams(trace, len(ia))
+    meta += stream_meta
     counters = _counters(trace)
     if len(counters):
         meta.append({"name": "process_name", "ph": "M", "pid": COUNTERS_PID, "tid": 0,
                      "args": {"name": "GPU counters (NVML)"}})
         meta.append({"name": "process_sort_index", "ph": "M", "pid": COUNTERS_PID, "tid": 0,
                      "args": {"sort_index": 1 + len(model.group_names)}})
-    return {"meta": meta, "frames": [x, ab, ae, fs, ff, counters],
+    return {"meta": meta, "frames": [x, ab, ae, fs, ff, counters, *stream_frames],
             "counts": {"complete": int(ok.sum()), "async": int(len(bad)), "flows": int(len(ia))},
             "other": {"t0_realtime_ns": int(trace.header.get("t0_realtime_ns", 0)),
                       "source": getattr(trace, "display_path", None) or str(trace.path)}}
+
+
+def _cuda_streams(trace, first_flow: int) -> tuple[list[dict], list[pd.DataFrame]]:
+    """CUDA streams mode (docs/cuda-streams.md): a track per CUDA stream of a "CUDA streams" process,
+    each operation issued inside a split at its issue time (the host's: not when it ran), named by the
+    node it computes (else its kernel, or its event), lasting until the stream's next issue; a flow
+    arrow from each event record to the stream waits bound to it."""
+    cu = getattr(trace, "cuda", None)
+    if cu is None or len(cu) == 0:
+        return [], []
+    s = stream_operations(trace)
+    ops = s.ops.merge(s.streams, on=["backend", "stream"], how="left")
+    if len(ops) == 0:
+        return [], []
+    t = cu.set_index("seq")["t"].reindex(ops["seq"]).to_numpy(np.int64)
+    tid = 1 + s.streams.index.to_numpy()[pd.Index(s.streams["label"]).get_indexer(ops["label"])]
+    w = trace.accesses
+    w = w[(w["mode"] == "write").to_numpy(bool) & w["index"].notna().to_numpy(bool)]
+    names = pd.Series(w["tensor"].astype(str).to_numpy(), index=pd.MultiIndex.from_arrays(
+        [w["call_id"].to_numpy(np.uint64), w["index"].astype(np.int64).to_numpy()])).groupby(level=[0, 1]).first()
+    node = ops["node"].astype("float64").fillna(-1).astype(np.int64).to_numpy()
+    node_name = names.reindex(pd.MultiIndex.from_arrays([ops["call_id"].to_numpy(np.uint64), node])).to_numpy(object)
+    work = ops["op"].isin(WORK_OPS).to_numpy(bool)
+    other = (ops["op"].astype(str) + " " + ops["handle"].map(lambda h: f"0x{int(h):x}")).to_numpy(object)
+    name = np.where(work & pd.notna(node_name), node_name,
+                    np.where(work, ops["kernel"].astype(object).fillna("kernel").to_numpy(object), other))
+    # an operation lasts, on its track, until the stream's next issue (1 us for the last one)
+    nxt = pd.Series(t).groupby(tid).shift(-1).to_numpy(np.float64)
+    dur = np.where(np.isnan(nxt), 1000, nxt - t).astype(np.int64)
+    x = pd.DataFrame({"name": name, "ph": "X", "cat": ops["op"].astype(str).to_numpy(object), "pid": STREAMS_PID,
+                      "tid": tid, "ts": _ts(t), "dur": _ts(np.maximum(dur, 1)),
+                      "args": [{"kernel": k, "graph": int(g) if pd.notna(g) else None, "split": int(sp) if pd.notna(sp)
+                                else None, "captured": bool(c)} for k, g, sp, c in
+                               zip(ops["kernel"].astype(object), ops["graph"], ops["split"], ops["captured"])]})
+    waits, records, _ = event_edges(s.ops)
+    ids = first_flow + 1 + np.arange(len(waits))
+    fs = pd.DataFrame({"name": "cuda event", "ph": "s", "cat": "flow", "id": ids, "pid": STREAMS_PID,
+                       "tid": tid[records], "ts": _ts(t[records])})
+    ff = pd.DataFrame({"name": "cuda event", "ph": "f", "bp": "e", "cat": "flow", "id": ids, "pid": STREAMS_PID,
+                       "tid": tid[waits], "ts": _ts(t[waits])})
+    meta = [{"name": "process_name", "ph": "M", "pid": STREAMS_PID, "tid": 0,
+             "args": {"name": "CUDA streams (issue order)"}}]
+    for i, label in enumerate(s.streams["label"].tolist()):
+        meta.append({"name": "thread_name", "ph": "M", "pid": STREAMS_PID, "tid": 1 + i, "args": {"name": label}})
+        meta.append({"name": "thread_sort_index", "ph": "M", "pid": STREAMS_PID, "tid": 1 + i,
+                     "args": {"sort_index": i}})
+    return meta, [x, fs, ff]
 
 
 def _pid(trace) -> int:

@@ -107,3 +107,19 @@ def test_no_cuda_records_no_splits(tmp_path):
     b.write(tmp_path / "t.ggmltrace")
     r = stream_races(load(tmp_path / "t.ggmltrace"))
     assert r.splits == 0 and len(r.findings) == 0
+
+
+def test_perfetto_has_a_track_per_stream_with_the_event_edges_as_flows(tmp_path):
+    import json
+
+    from ggml_trace.analysis.export import STREAMS_PID, export_perfetto
+
+    export_perfetto(attention_split(tmp_path / "t.ggmltrace"), tmp_path / "t.json")
+    events = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["pid"] == STREAMS_PID]
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert sorted(v.split(" (")[0] for v in tracks.values()) == [f"CUDA0 stream {i}" for i in range(4)]
+    on = {e["name"]: tracks[e["tid"]].split(" (")[0] for e in events if e["ph"] == "X"}
+    assert on["attn_norm-0"] == on["kq-0"] == "CUDA0 stream 0" and on["Qcur_rope-0"] == "CUDA0 stream 1"
+    assert on["Vcur-0"] == "CUDA0 stream 3" and on["quantize_q8_1"] == "CUDA0 stream 3"
+    # the fork's record feeds three waits, each join record one: six arrows
+    assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) == 6
