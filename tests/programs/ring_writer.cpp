@@ -2,8 +2,10 @@
 // thread writes CALL records numbered 0, 1, 2... in `arg` (one ACCESS record after each, naming a
 // tensor out of 5000, so that names keep being evicted from the threads' string caches) until
 // the time is up, with a pause now and then so that the threads write at different rates; PACE
-// caps each thread's calls per millisecond (0: as fast as it can).
-//   ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [PACE [exit|abort]]
+// caps each thread's calls per millisecond (0: as fast as it can). SECONDS `stdin`: until standard
+// input ends (a test closes it once it has done what it does while the program writes: it never races
+// a fixed time), then one call more from each thread, so that every thread's last call follows it.
+//   ring-writer PATH SECONDS|stdin THREADS KEEP_MS MAX_BYTES [PACE [exit|abort]]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +19,17 @@
 
 using namespace ggml_trace;
 
+static std::atomic<bool> g_input_ended{false};
+
+// seconds < 0: until standard input ends
 static void write_thread(int t, double seconds, uint64_t pace, std::atomic<uint64_t> * total) {
     uint64_t start = monotonic_ns();
-    uint64_t end = start + (uint64_t) (seconds * 1e9);
+    uint64_t end = seconds < 0 ? UINT64_MAX : start + (uint64_t) (seconds * 1e9);
     uint64_t i = 0;
     char name[32];
-    for (; monotonic_ns() < end; i++) {
+    for (;; i++) {
+        bool last = g_input_ended.load();  // seen before this call is written: the call follows the end
+        if (!last && monotonic_ns() >= end) break;
         uint64_t id = 0;
         bool ok = emit_record<CallRec>(REC_CALL, [&](CallRec & r) {
             r.thread = thread_index();
@@ -51,6 +58,10 @@ static void write_thread(int t, double seconds, uint64_t pace, std::atomic<uint6
             a.index = NONE32;
         });
         if (!ok) break;
+        if (last) {
+            i++;
+            break;
+        }
         maybe_clock_sync();
         if (i % (1000 * (t + 1)) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
         while (pace && i > pace * ((monotonic_ns() - start) / 1000000)) std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -60,7 +71,7 @@ static void write_thread(int t, double seconds, uint64_t pace, std::atomic<uint6
 
 int main(int argc, char ** argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: ring-writer PATH SECONDS THREADS KEEP_MS MAX_BYTES [PACE [exit|abort]]\n");
+        fprintf(stderr, "usage: ring-writer PATH SECONDS|stdin THREADS KEEP_MS MAX_BYTES [PACE [exit|abort]]\n");
         return 2;
     }
     RingConfig ring;
@@ -71,8 +82,16 @@ int main(int argc, char ** argv) {
     std::atomic<uint64_t> total{0};
     std::vector<std::thread> ts;
     uint64_t pace = argc > 6 ? strtoull(argv[6], nullptr, 10) : 0;
-    for (int t = 0; t < atoi(argv[3]); t++) ts.emplace_back(write_thread, t, atof(argv[2]), pace, &total);
+    bool until_input_ends = strcmp(argv[2], "stdin") == 0;
+    std::thread input;
+    if (until_input_ends) input = std::thread([] {
+        while (fgetc(stdin) != EOF) {}
+        g_input_ended = true;
+    });
+    for (int t = 0; t < atoi(argv[3]); t++)
+        ts.emplace_back(write_thread, t, until_input_ends ? -1.0 : atof(argv[2]), pace, &total);
     for (auto & t : ts) t.join();
+    if (input.joinable()) input.join();
     printf("calls %llu\n", (unsigned long long) total.load());
     fflush(stdout);
     if (argc > 7 && strcmp(argv[7], "abort") == 0) abort();

@@ -154,25 +154,28 @@ def test_live_reads_and_snapshots_of_a_ring_being_recycled(tmp_path):
     """Read while three threads write and recycle it (~19 MB/s): every read and snapshot is consistent.
     A live read takes no hold (a snapshot does), so the ring keeps a second (~19 MB), longer than a
     read takes on a loaded machine; one that kept 100 ms was at times recycled whole under the
-    read, which then rightly held nothing."""
+    read, which then rightly held nothing. The writer writes until its standard input ends, which
+    the test ends once it has read and copied: however slow the machine, they were all taken while
+    it wrote (a writer that ran a fixed time had ended before a loaded machine's third snapshot)."""
     out = tmp_path / "ring.ggmltrace"
-    proc = subprocess.Popen([RING_WRITER, out, "15", "3", "1000", str(32 << 20), "50"], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([RING_WRITER, out, "stdin", "3", "1000", str(32 << 20), "50"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     try:
         # every thread writing and the ring recycling, whatever this machine's pace (not a fixed wait)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and threads_writing(out) < 3:
             time.sleep(0.2)
         # (not the oldest chunk's claim time: a chunk that the main thread claimed and never fills stays)
         while (recycled := read_trace_file(out).ring.start_ns is not None) is False and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert recycled, "the ring recycled nothing in 20 s"
+        assert recycled, "the ring recycled nothing in 60 s"
         snaps = []
         for _ in range(3):
             assert_whole_window(read_trace_file(out), 3)  # strict: no damage from torn chunks
             snaps.append(snapshots.take(out))
-        # the reads and copies were of a ring being written: the writer (15 s) outlived them
-        assert proc.poll() is None, "the writer ended before the reads and snapshots were done (a very slow machine)"
+        # the reads and copies were of a ring being written: the writer (until its input ends) still runs
+        assert proc.poll() is None, f"the writer ended before its input did (exit {proc.returncode})"
+        proc.stdin.close()  # each thread writes one call more, after every snapshot, and the file is closed
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()
