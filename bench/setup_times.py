@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         if not lines:
             continue
         for k, v in target_times(lines, start, end).items():
-            targets[k] += v
+            targets[f"{name}: {k}" if len(runs) > 1 else k] += v  # which goal built it
         totals[name] = (end or lines[-1][0]) - (start or lines[0][0])
         texts += [text for _, text in lines]
 
