@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import windows
-from .issue import main_race, write_issue
+from .issue import main_race, stream_shapes, write_issue
 from .outputs import NOTE as COMPARED, first_difference, group_outputs, output_of, same_output
 from .record import Recording, record
 from .record_args import Program, TraceOptions, hooks_library, patched_ggml, program_env
@@ -98,6 +98,8 @@ class Run:
     differs_from_reference: bool | None = None
     first_difference: int | None = None  # byte offset, where it differs from the reference
     races: list = field(default_factory=list)  # findings (JSON form)
+    # unordered accesses inside CUDA splits (--cuda-streams; analysis.stream_races, findings' JSON form)
+    stream_findings: list = field(default_factory=list)
     graphs: int = 0
     stalls: dict = field(default_factory=dict)  # analysis.stalls.totals
     summary: list = field(default_factory=list)  # per backend (analysis.summary)
@@ -289,6 +291,9 @@ def analyse(path: Path, run: Run) -> None:
         run.analysis_error = f"the capture never attached: {t.not_attached}"
         return
     run.races = races(t).to_json()["races"]
+    if len(t.cuda):  # recorded with --cuda-streams: the order inside each CUDA split too
+        from ..analysis.stream_races import stream_races
+        run.stream_findings = stream_races(t).to_json()["findings"]
     run.graphs = int((t.calls["kind"] == "sched_graph_compute").sum())
     run.stalls = totals(stalls(t), breakdown=False)
     run.summary = summarize(t)["backends"]
@@ -310,6 +315,8 @@ def _run_words(run: Run) -> str:
             f"{k} {v}" for k, v in n.items()) + ")"
     else:
         found = "no race"
+    if run.stream_findings:
+        found += f"; {len(run.stream_findings)} access pattern(s) unordered inside CUDA splits"
     return f"{run.exit} in {run.seconds:.1f} s; {out}; {found}"
 
 
@@ -545,6 +552,10 @@ def verdict(d: Diagnosis) -> tuple[int, str]:
     if d.races:
         parts.append(f"{len(d.races)} race{'s' if len(d.races) != 1 else ''} found"
                      + (f"; race {d.explained_by} explains the wrong output" if d.explained_by else ""))
+    inside = stream_shapes(d)
+    if inside:
+        parts.append(f"{len(inside)} access pattern(s) that nothing orders inside CUDA splits "
+                     f"(ggml-trace streams), in {len({r for f in inside.values() for r in f['runs']})} of {n} runs")
     failed = [f"the reference failed ({d.reference.exit}): the runs are compared among themselves"] \
         if d.reference is not None and not d.has_reference else []
     if parts:
@@ -659,6 +670,11 @@ def format_diagnosis(d: Diagnosis) -> str:
             lines.append(f"  not reduced: {m.reduce_why}")
         if m.explains:
             lines.append(f"  explains the wrong output: {'; '.join(m.explains)}")
+    from ..analysis.stream_races import finding_words
+
+    for k, f in enumerate(stream_shapes(d).values(), 1):
+        lines.append(f"inside CUDA splits {k}: {f['class']} in {len(f['runs'])} of {len(d.runs)} runs: "
+                     + finding_words(f)[0])
     if d.status == 0:
         lines.append("not covered: " + "; ".join(d.not_covered))
     lines.append(f"written to {d.directory}/: ISSUE.md, timeline.png, report.html, diagnosis.json, runs/"

@@ -409,6 +409,32 @@ def _run(d) -> list[str]:
     return ["### What was run", block("\n".join(lines), "sh"), words]
 
 
+def stream_shapes(d) -> dict:
+    """The unordered access patterns inside CUDA splits of every run of diagnosis `d`, by shape (class,
+    nodes but for their layer, streams): the first run's finding, and the runs that had it."""
+    out: dict = {}
+    for r in d.runs:
+        for f in r.stream_findings:
+            out.setdefault(f["shape"], dict(f, runs=[]))["runs"].append(r.name)
+    return out
+
+
+def _inside_cuda_splits(d) -> list[str]:
+    """Accesses that nothing orders between ggml-cuda's streams inside a split (runs recorded with
+    --cuda-streams; docs/cuda-streams.md), each in CUDA's words."""
+    from ..analysis.stream_races import finding_words
+
+    shapes = stream_shapes(d)
+    if not shapes:
+        return []
+    out = ["### Inside CUDA splits"]
+    for k, f in enumerate(shapes.values(), 1):
+        out.append(f"{k}. **{f['class']}** in {len(f['runs'])} of {len(d.runs)} runs ({f['pairs']} pair(s) in "
+                   f"{f['splits']} split(s) of {f['runs'][0]}):")
+        out.append(block("\n".join(finding_words(f)), "text"))
+    return out
+
+
 def _cpu_alone(argv: list) -> bool:
     """Whether a command line selects no device (llama.cpp's `-dev none`)."""
     return any(a in ("-dev", "--device") and b == "none" for a, b in zip(argv, argv[1:])) or "--device=none" in argv
@@ -427,7 +453,8 @@ def write_issue(d, folder: Path, compact: bool = False) -> str:
     parts += _crash_section(d, folder)
     if m is not None:
         parts += _race_section(d, m, folder)
-    elif d.status == 0:
+    parts += _inside_cuda_splits(d)
+    if m is None and d.status == 0:
         parts.append("### Not covered\n\n" + "\n".join(f"- {w}" for w in d.not_covered))
     parts += _traces(d)
     parts += _reproduce(d, m, folder, source=not compact)

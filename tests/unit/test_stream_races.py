@@ -123,3 +123,30 @@ def test_perfetto_has_a_track_per_stream_with_the_event_edges_as_flows(tmp_path)
     assert on["Vcur-0"] == "CUDA0 stream 3" and on["quantize_q8_1"] == "CUDA0 stream 3"
     # the fork's record feeds three waits, each join record one: six arrows
     assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) == 6
+
+
+def test_diagnose_says_what_nothing_orders_inside_cuda_splits(tmp_path):
+    """diagnose's analysis of a run recorded with --cuda-streams carries the stream findings into its
+    verdict and its words (the runs here are made up; their traces are the GRAPH_OPT shape above)."""
+    from ggml_trace.tracer.diagnose import Diagnosis, Run, analyse, format_diagnosis, verdict
+
+    runs = []
+    for i, bad in enumerate((True, False, True)):
+        attention_split(tmp_path / f"run-{i}.ggmltrace", rope_over_norm=bad)
+        (tmp_path / f"out-{i}").write_text("the same words\n")
+        (tmp_path / f"err-{i}").write_text("")
+        run = Run(f"run-{i}", 0, "exit status 0", 1.0, f"out-{i}", f"err-{i}", trace=f"run-{i}.ggmltrace")
+        analyse(tmp_path / f"run-{i}.ggmltrace", run)
+        runs.append(run)
+    assert [len(r.stream_findings) for r in runs] == [2, 0, 2] and not runs[0].races
+    d = Diagnosis(str(tmp_path), [], ["prog"], str(tmp_path), runs, None, None)
+    status, words = verdict(d)
+    assert status == 1 and "2 access pattern(s) that nothing orders inside CUDA splits" in words
+    assert "in 2 of 3 runs" in words
+    d.headline = words
+    text = format_diagnosis(d)
+    assert "inside CUDA splits 1: overwritten-before-read in 2 of 3 runs: Qcur_rope-0" in text
+    from ggml_trace.tracer.issue import write_issue
+
+    body = write_issue(d, tmp_path)
+    assert "### Inside CUDA splits" in body and "**overwritten-before-read** in 2 of 3 runs" in body
