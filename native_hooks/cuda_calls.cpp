@@ -22,6 +22,7 @@ void cuda_calls_start() {
     }
 }
 bool cuda_calls_active() { return false; }
+bool cuda_split_issued_work() { return false; }
 SplitGraphScope::SplitGraphScope(ggml_cgraph *) : outer_(nullptr) {}
 SplitGraphScope::~SplitGraphScope() {}
 
@@ -54,6 +55,7 @@ struct Driver {
     CUresult (*func_param_info)(CUfunction, size_t, size_t *, size_t *) = nullptr;
     CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *) = nullptr;
     CUresult (*ctx_get_device)(CUdevice *) = nullptr;
+    CUresult (*kernel_get_function)(CUfunction *, CUkernel) = nullptr;
 };
 Driver g_driver;
 
@@ -79,6 +81,7 @@ struct NodeSpan {
 };
 struct SplitState {
     ggml_cgraph * graph = nullptr;
+    bool issued = false;  // a kernel, copy or memset was issued while it ran
     bool built = false;
     std::vector<NodeSpan> nodes;
     size_t cursor = 0;
@@ -147,14 +150,23 @@ uint64_t demangled_name(const char * mangled) {
 }
 
 const KernelInfo & kernel_info(const void * handle, Handle how, const char * symbol) {
-    auto it = t_kernels.find(handle);
+    const void * key = handle;
+    auto it = t_kernels.find(key);
     if (it != t_kernels.end()) {
         return it->second;
     }
     KernelInfo info;
     info.name = demangled_name(symbol);
+    // A kernel handle the driver gives no layout for: ask about its function in the current context.
+    CUfunction function = nullptr;
+    size_t offset = 0, size = 0;
+    if (how == Handle::KERNEL && g_driver.kernel_param_info &&
+        g_driver.kernel_param_info((CUkernel) handle, 0, &offset, &size) != CUDA_SUCCESS && g_driver.kernel_get_function &&
+        g_driver.kernel_get_function(&function, (CUkernel) handle) == CUDA_SUCCESS) {
+        how = Handle::FUNCTION;
+        handle = function;
+    }
     for (size_t i = 0; how != Handle::HOST_FUNCTION && i < 1024; i++) {  // until the kernel has no parameter i
-        size_t offset = 0, size = 0;
         bool ok = false;
         if (how == Handle::KERNEL && g_driver.kernel_param_info) {
             ok = g_driver.kernel_param_info((CUkernel) handle, i, &offset, &size) == CUDA_SUCCESS;
@@ -166,7 +178,7 @@ const KernelInfo & kernel_info(const void * handle, Handle how, const char * sym
         }
         info.sizes.push_back((uint32_t) size);
     }
-    return t_kernels.emplace(handle, std::move(info)).first->second;
+    return t_kernels.emplace(key, std::move(info)).first->second;
 }
 
 // Every 8-byte word of a launch's arguments (a pointer, or one inside a struct passed by value).
@@ -202,6 +214,9 @@ void emit_cuda(uint8_t op, uint8_t flags, uint64_t stream, uint64_t handle, uint
         g_driver.ctx_get_device(&device);
     }
     uint64_t t = now_ticks();
+    if (op == CUDA_LAUNCH || op == CUDA_MEMCPY || op == CUDA_MEMSET) {
+        t_split.issued = t_split.issued || t_split.graph;
+    }
     emit_record<CudaCallRec>(REC_CUDA, [&](CudaCallRec & r) {
         r.op = op;
         r.flags = flags;
@@ -217,11 +232,48 @@ void emit_cuda(uint8_t op, uint8_t flags, uint64_t stream, uint64_t handle, uint
     });
 }
 
-void emit_launch(const void * handle, Handle how, void ** args, uint64_t stream, const char * symbol, uint8_t flags) {
-    const KernelInfo & info = kernel_info(handle, how, symbol);
+uint32_t launch_node(void ** args, const KernelInfo & info) {
     uint64_t words[MAX_WORDS];
     size_t n = argument_words(info, args, words);
-    emit_cuda(CUDA_LAUNCH, flags | capture_flag(stream), stream, 0, 0, info.name, node_of(words, n));
+    return node_of(words, n);
+}
+
+// A runtime launch is recorded at its return: the driver-level launch the runtime makes inside it,
+// when CUPTI reports one, names its node through the driver's CUfunction, whose parameter layout the
+// driver always gives (a runtime kernel handle's it may not).
+struct PendingLaunch {
+    bool open = false;
+    uint64_t stream = 0, name = 0;
+    uint8_t flags = 0;
+    uint32_t node = NONE32;
+};
+thread_local PendingLaunch t_launch;
+
+void open_launch(const void * handle, Handle how, void ** args, uint64_t stream, const char * symbol) {
+    const KernelInfo & info = kernel_info(handle, how, symbol);
+    t_launch = {true, stream, info.name, capture_flag(stream), NONE32};
+    if (!info.sizes.empty()) {
+        t_launch.node = launch_node(args, info);
+    }
+}
+
+void close_launch() {
+    if (t_launch.open) {
+        t_launch.open = false;
+        emit_cuda(CUDA_LAUNCH, t_launch.flags, t_launch.stream, 0, 0, t_launch.name, t_launch.node);
+    }
+}
+
+// A driver launch: inside a runtime launch it names that launch's node; alone (a library launching
+// through the driver) it is a launch of its own.
+void driver_launch(CUfunction f, void ** args, uint64_t stream, const char * symbol) {
+    const KernelInfo & info = kernel_info(f, Handle::FUNCTION, symbol);
+    if (t_launch.open) {
+        if (t_launch.node == NONE32) t_launch.node = launch_node(args, info);
+        return;
+    }
+    emit_cuda(CUDA_LAUNCH, CUDA_DRIVER | capture_flag(stream), stream, 0, 0, info.name,
+              launch_node(args, info));
 }
 
 void emit_copy(uint8_t op, uint64_t stream, const void * dst, const void * src, size_t bytes) {
@@ -248,21 +300,24 @@ void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData * d) {
         case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
         case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000: {
             auto a = (const cudaLaunchKernel_v7000_params *) p;
-            if (enter) emit_launch(a->func, Handle::HOST_FUNCTION, a->args, h(a->stream), d->symbolName, 0);
+            if (enter) open_launch(a->func, Handle::HOST_FUNCTION, a->args, h(a->stream), d->symbolName);
+            else close_launch();
             break;
         }
         case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
         case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
             auto a = (const cudaLaunchKernelExC_v11060_params *) p;
             uint64_t stream = a->config ? h(a->config->stream) : 0;
-            if (enter) emit_launch(a->func, Handle::HOST_FUNCTION, a->args, stream, d->symbolName, 0);
+            if (enter) open_launch(a->func, Handle::HOST_FUNCTION, a->args, stream, d->symbolName);
+            else close_launch();
             break;
         }
 #if CUPTI_API_VERSION >= 130000
         case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
         case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000: {
             auto a = (const KernelLaunchParams *) p;
-            if (enter) emit_launch(a->kernel, Handle::KERNEL, a->args, h(a->stream), d->symbolName, 0);
+            if (enter) open_launch(a->kernel, Handle::KERNEL, a->args, h(a->stream), d->symbolName);
+            else close_launch();
             break;
         }
 #endif
@@ -340,21 +395,22 @@ void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData * d) {
     }
 }
 
-// A launch through the driver that no runtime call made (a library launching through the driver).
+// A launch through the driver: a runtime launch's own (it names that launch's node), or one no
+// runtime call made (a library launching through the driver).
 void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData * d) {
     const void * p = d->functionParams;
     switch (cbid) {
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
             auto a = (const cuLaunchKernel_params *) p;
-            emit_launch(a->f, Handle::FUNCTION, a->kernelParams, h(a->hStream), d->symbolName, CUDA_DRIVER);
+            driver_launch(a->f, a->kernelParams, h(a->hStream), d->symbolName);
             break;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
             auto a = (const cuLaunchKernelEx_params *) p;
             uint64_t stream = a->config ? h(a->config->hStream) : 0;
-            emit_launch(a->f, Handle::FUNCTION, a->kernelParams, stream, d->symbolName, CUDA_DRIVER);
+            driver_launch(a->f, a->kernelParams, stream, d->symbolName);
             break;
         }
         default:
@@ -362,23 +418,14 @@ void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData * d) {
     }
 }
 
-// Inside a runtime call its own driver calls are not the program's: counted per thread.
-thread_local int t_in_runtime = 0;
-
 void CUPTIAPI on_call(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void * data) {
     const CUpti_CallbackData * d = (const CUpti_CallbackData *) data;
+    if (!capturing() || t_own_calls) {
+        return;
+    }
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-        if (d->callbackSite == CUPTI_API_ENTER) {
-            t_in_runtime++;
-        }
-        if (capturing() && !t_own_calls) {
-            on_runtime(cbid, d);
-        }
-        if (d->callbackSite == CUPTI_API_EXIT) {
-            t_in_runtime--;
-        }
-    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && d->callbackSite == CUPTI_API_ENTER && t_in_runtime == 0 &&
-               capturing() && !t_own_calls) {
+        on_runtime(cbid, d);
+    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && d->callbackSite == CUPTI_API_ENTER) {
         on_driver(cbid, d);
     }
 }
@@ -455,6 +502,7 @@ void cuda_calls_start() {
     resolve(driver, g_driver.func_param_info, "cuFuncGetParamInfo");
     resolve(driver, g_driver.stream_is_capturing, "cuStreamIsCapturing");
     resolve(driver, g_driver.ctx_get_device, "cuCtxGetDevice");
+    resolve(driver, g_driver.kernel_get_function, "cuKernelGetFunction");
     if (!driver) {
         fail("no CUDA driver (libcuda.so.1) in this process's library path");
         return;
@@ -491,14 +539,16 @@ void cuda_calls_start() {
 
 bool cuda_calls_active() { return g_active.load(std::memory_order_relaxed); }
 
+bool cuda_split_issued_work() { return t_split.issued; }
+
 SplitGraphScope::SplitGraphScope(ggml_cgraph * graph) : outer_(t_split.graph) {
     t_split.graph = graph;
-    t_split.built = false;
+    t_split.built = t_split.issued = false;
 }
 
 SplitGraphScope::~SplitGraphScope() {
     t_split.graph = outer_;
-    t_split.built = false;
+    t_split.built = t_split.issued = false;
 }
 
 }  // namespace ggml_trace

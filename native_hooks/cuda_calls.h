@@ -21,6 +21,10 @@ namespace ggml_trace {
 void cuda_calls_start();
 bool cuda_calls_active();
 
+// Whether the graph_compute running on this thread issued kernels, copies or memsets of its own so far
+// (a CUDA graph's replay issues none: its nodes' order is its capture's).
+bool cuda_split_issued_work();
+
 // While one lives, the calling thread is running `graph` on a backend (a split, or a meta backend's
 // part of one): the CUDA launches made meanwhile are tied to its nodes. Null: nothing to tie to.
 struct SplitGraphScope {

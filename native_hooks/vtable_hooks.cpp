@@ -313,7 +313,9 @@ void graph_compute(Call & c, ggml_backend_t, ggml_cgraph * graph) {
     }
     c.r.obj = ptr(graph);
     c.r.arg = (uint64_t) g_api.graph_n_nodes(graph);
-    emit_split_accesses(c.id(), graph, cuda_calls_active());
+    // every node's reads, for the order inside the split: only where the split issued its own work
+    // (a CUDA graph's replay is judged by its capture, whose reads are the same)
+    emit_split_accesses(c.id(), graph, cuda_calls_active() && cuda_split_issued_work());
     ThreadContext & t = thread_context();
     if (t.split >= 0 && !c.nested) {
         t.split++;  // the next split of this scheduler graph (this record already holds its own)
