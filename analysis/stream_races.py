@@ -40,9 +40,10 @@ CLASSES = ["missing-dependency", "overwritten-before-read", "write-after-read", 
 CLASS_WORDS = {
     "missing-dependency": "a node reads what another node writes, on another stream, with nothing "
                           "ordering the read after the write",
-    "overwritten-before-read": "a node overwrites bytes that another node, issued after it on another "
-                               "stream, still reads for a tensor of its own: in issue order the overwrite "
-                               "comes first, so even streams run one after another read the wrong data",
+    "overwritten-before-read": "a node overwrites the bytes of a tensor that a node after it, in the order "
+                               "the backend runs the split's nodes, still reads: the read gets the overwrite "
+                               "whatever the streams, even run one after another (CUDA_LAUNCH_BLOCKING=1), "
+                               "and concurrent streams make it vary from run to run",
     "write-after-read": "a node overwrites bytes that another node, issued before it on another stream, "
                         "reads: wrong whenever the writer's stream runs ahead",
     "write-write": "two nodes on different streams write the same bytes with nothing ordering them",
@@ -208,13 +209,9 @@ def _pattern(name: str) -> str:
     return re.sub(r"-\d+$", "-N", name)
 
 
-def unordered_accesses(s: StreamOps, clocks: StreamClocks, nodes: NodeOps) -> pd.DataFrame:
-    """Every pair of accesses of two nodes of one split, overlapping in one buffer, one at least a
-    write, on different streams, with no happens-before path either way."""
-    a = nodes.accesses
-    a = a[a["row"] >= 0].sort_values(["call_id", "buffer", "offset"], kind="stable").reset_index(drop=True)
-    if len(a) == 0:
-        return a.iloc[0:0]
+def _overlapping(a: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(left, right): the pairs of rows of `a` (sorted by call_id, buffer, offset) whose byte ranges
+    overlap in one buffer of one call, each pair once (left < right)."""
     group = pd.factorize(pd.MultiIndex.from_frame(a[["call_id", "buffer"]]))[0].astype(np.uint64)
     off = a["offset"].to_numpy(np.uint64)
     end = a["end"].to_numpy(np.uint64)
@@ -224,8 +221,19 @@ def unordered_accesses(s: StreamOps, clocks: StreamClocks, nodes: NodeOps) -> pd
     hi = np.searchsorted(key, (group << np.uint64(44)) | end, side="left")
     i = np.arange(len(a))
     count = np.maximum(hi - i - 1, 0)
-    left = np.repeat(i, count)
-    right = expand_ranges(i + 1, count)
+    return np.repeat(i, count), expand_ranges(i + 1, count)
+
+
+def unordered_accesses(s: StreamOps, clocks: StreamClocks, nodes: NodeOps) -> pd.DataFrame:
+    """Every pair of accesses of two nodes of one split, overlapping in one buffer, one at least a
+    write, on different streams, with no happens-before path either way."""
+    a = nodes.accesses
+    a = a[a["row"] >= 0].sort_values(["call_id", "buffer", "offset"], kind="stable").reset_index(drop=True)
+    if len(a) == 0:
+        return a.iloc[0:0]
+    off = a["offset"].to_numpy(np.uint64)
+    end = a["end"].to_numpy(np.uint64)
+    left, right = _overlapping(a)
     write = (a["mode"] == "write").to_numpy(bool)
     row = a["row"].to_numpy(np.int64)
     index = a["index"].to_numpy(np.int64)
@@ -272,6 +280,50 @@ def unordered_accesses(s: StreamOps, clocks: StreamClocks, nodes: NodeOps) -> pd
     return out.sort_values(["call_id", "w_seq", "o_seq"], kind="stable").reset_index(drop=True)
 
 
+def overwritten_in_issue_order(nodes: NodeOps) -> pd.DataFrame:
+    """A backend runs a split's nodes in the order the hooks record them (after the call: ggml-cuda
+    restores in place the order GGML_CUDA_GRAPH_OPT interleaved for the allocator). A node that writes
+    over the bytes of a tensor produced earlier in the split, before a later node reads that tensor,
+    overwrote it before the read in that order: wrong whatever the streams, even run one after another.
+    Needs no stream of any node: one row per (writer, reader) pair. Only tensors the split produced
+    (their producer found by name) are judged; a write through a view of the tensor is its update."""
+    a = nodes.accesses
+    reads = a[a["mode"] == "read"].reset_index(drop=True)
+    writes = a[a["mode"] == "write"]
+    # the producer of each read's tensor: the split's last write of that tensor before the reader
+    producer = pd.merge_asof(
+        reads[["call_id", "tensor", "index"]].assign(rid=np.arange(len(reads))).sort_values("index"),
+        writes[["call_id", "node", "index"]].rename(columns={"node": "tensor", "index": "p"}).sort_values("p"),
+        left_on="index", right_on="p", by=["call_id", "tensor"], direction="backward", allow_exact_matches=False)
+    p_of_read = np.full(len(reads), np.nan)
+    p_of_read[producer["rid"].to_numpy(np.int64)] = producer["p"].to_numpy(np.float64)
+    both = pd.concat([writes.assign(p=-1.0), reads.assign(p=p_of_read)])
+    both = both[both["p"].notna()].sort_values(["call_id", "buffer", "offset"], kind="stable").reset_index(drop=True)
+    if len(both) == 0:
+        return both.iloc[0:0]
+    left, right = _overlapping(both)
+    write = (both["mode"] == "write").to_numpy(bool)
+    one = write[left] != write[right]  # a write and a read
+    left, right = left[one], right[one]
+    w = np.where(write[left], left, right)
+    r = np.where(write[left], right, left)
+    index = both["index"].to_numpy(np.int64)
+    tensor = both["tensor"].to_numpy(object)
+    p = both["p"].to_numpy(np.float64)
+    written = both["node"].to_numpy(object)
+    keep = (p[r] < index[w]) & (index[w] < index[r]) & (written[w] != tensor[r])
+    w, r = w[keep], r[keep]
+    through_view = np.array([str(x).startswith(str(t) + " (") for x, t in zip(written[w], tensor[r])], bool)
+    w, r = w[~through_view], r[~through_view]
+    off, end = both["offset"].to_numpy(np.uint64), both["end"].to_numpy(np.uint64)
+    return pd.DataFrame({
+        "call_id": both["call_id"].to_numpy(np.uint64)[w], "buffer": both["buffer"].to_numpy(np.uint64)[w],
+        "start": np.maximum(off[w], off[r]), "end": np.minimum(end[w], end[r]),
+        "tensor": tensor[r], "producer_index": p[r].astype(np.int64),
+        "w_index": index[w], "w_node": written[w], "r_index": index[r], "r_node": both["node"].to_numpy(object)[r],
+    }).drop_duplicates(["call_id", "w_index", "r_index", "tensor"]).reset_index(drop=True)
+
+
 def group_findings(pairs: pd.DataFrame) -> pd.DataFrame:
     """Pairs of one shape (class, node names but for their layer, streams) as one finding: how many
     pairs and splits, and the first pair as its example."""
@@ -287,12 +339,56 @@ def group_findings(pairs: pd.DataFrame) -> pd.DataFrame:
     return first.assign(_o=order).sort_values(["_o", "w_seq"], kind="stable").drop(columns="_o").reset_index()
 
 
+def issue_order_pairs(s: StreamOps, nodes: NodeOps, over: pd.DataFrame) -> pd.DataFrame:
+    """The overwrites in issue order (overwritten_in_issue_order) as pairs like unordered_accesses',
+    with the streams of their nodes where their launches named them ("stream unknown" otherwise)."""
+    if len(over) == 0:
+        return pd.DataFrame()
+    ops = s.ops
+    first = ops.drop_duplicates("call_id").set_index("call_id")
+    row = nodes.accesses.drop_duplicates(["call_id", "index"]).set_index(["call_id", "index"])["row"]
+    label = dict(zip(zip(s.streams["backend"].astype(str), s.streams["stream"]), s.streams["label"]))
+
+    def side(index: np.ndarray, node: np.ndarray, tensor: np.ndarray, mode: str, prefix: str) -> dict:
+        r = row.reindex(pd.MultiIndex.from_arrays([over["call_id"].to_numpy(np.uint64), index])).fillna(-1)
+        r = r.to_numpy(np.int64)
+        named = r >= 0
+        rr = np.maximum(r, 0)
+        stream = [label.get((str(b), int(st)), "stream unknown") if ok else "stream unknown"
+                  for b, st, ok in zip(ops["backend"].astype(str).to_numpy()[rr], ops["stream"].to_numpy()[rr], named)]
+        return {f"{prefix}_index": index, f"{prefix}_node": node, f"{prefix}_tensor": tensor,
+                f"{prefix}_mode": mode, f"{prefix}_stream": stream,
+                f"{prefix}_seq": np.where(named, ops["seq"].to_numpy(np.int64)[rr], -1),
+                f"{prefix}_kernel": np.where(named, ops["kernel"].astype(object).to_numpy()[rr], None)}
+
+    cid = over["call_id"].to_numpy(np.uint64)
+    return pd.DataFrame({
+        "class": "overwritten-before-read", "call_id": cid,
+        "backend": first["backend"].astype(str).reindex(cid).to_numpy(object),
+        "graph": first["graph"].reindex(cid).to_numpy(), "split": first["split"].reindex(cid).to_numpy(),
+        "captured": ops.groupby("call_id")["captured"].any().reindex(cid).to_numpy(bool),
+        "buffer": over["buffer"].to_numpy(np.uint64), "start": over["start"].to_numpy(), "end": over["end"].to_numpy(),
+        **side(over["w_index"].to_numpy(np.int64), over["w_node"].to_numpy(object), over["w_node"].to_numpy(object),
+               "write", "w"),
+        **side(over["r_index"].to_numpy(np.int64), over["r_node"].to_numpy(object), over["tensor"].to_numpy(object),
+               "read", "o"),
+    })
+
+
 def stream_races(trace) -> StreamReport:
-    """Judge the order inside every CUDA split of a trace recorded in CUDA streams mode."""
+    """Judge the order inside every CUDA split of a trace recorded in CUDA streams mode: the overwrites
+    in the order the backend runs the nodes, then what nothing orders between streams."""
     s = stream_operations(trace)
     clocks = stream_clocks(s)
     nodes = node_operations(trace, s)
-    pairs = unordered_accesses(s, clocks, nodes)
+    over = issue_order_pairs(s, nodes, overwritten_in_issue_order(nodes))
+    streams = unordered_accesses(s, clocks, nodes)
+    if len(over) and len(streams):  # a pair the issue order already shows is reported once, as that
+        seen = pd.MultiIndex.from_frame(over[["call_id", "w_index", "o_index"]])
+        mine = pd.MultiIndex.from_frame(streams[["call_id", "w_index", "o_index"]])
+        streams = streams[~mine.isin(seen)]
+    pairs = pd.concat([p for p in (over, streams) if len(p)], ignore_index=True) if len(over) or len(streams) \
+        else streams
     captured = s.ops.groupby("call_id")["captured"].any()
     return StreamReport(pairs, group_findings(pairs), len(s.splits), s.streams, len(s.ops), nodes.named,
                         nodes.nodes, clocks.bound_waits, clocks.unbound_waits, int(captured.sum()))
@@ -313,14 +409,19 @@ def finding_words(f) -> list[str]:
         what = f"{o} reads {f['o_tensor']} from {span}, which {w} writes"
         fix = (f"a cudaStreamWaitEvent of {f['o_stream'].split(' (')[0]} on an event recorded on "
                f"{f['w_stream'].split(' (')[0]} after {f['w_node']}")
+    elif cls == "overwritten-before-read":
+        what = (f"{w} writes {f['w_tensor']} over {span} before {o} reads {f['o_tensor']} there, in the order "
+                f"the backend runs the split's nodes (node {f['w_index']} before node {f['o_index']})")
+        fix = (f"an allocation that keeps {f['o_tensor']}'s bytes until {f['o_node']} has run: the allocator "
+               "placed the nodes in another order than the backend runs them (no event can order a write "
+               "issued before the read it clobbers)")
     else:
-        order = "before" if cls == "overwritten-before-read" else "after"
-        what = (f"{w} writes {f['w_tensor']} over {span}, issued {order} {o} reads {f['o_tensor']} "
+        what = (f"{w} writes {f['w_tensor']} over {span}, issued after {o} reads {f['o_tensor']} "
                 f"there (issue order {f['w_seq']} vs {f['o_seq']})")
         fix = (f"a cudaStreamWaitEvent of {f['w_stream'].split(' (')[0]} on an event recorded on "
                f"{f['o_stream'].split(' (')[0]} after {f['o_node']}, or an allocation that keeps "
                f"{f['o_tensor']}'s bytes until both streams are joined")
-    lines = [f"{what}: nothing orders the two streams between them.",
+    lines = [f"{what}" + ("." if cls == "overwritten-before-read" else ": nothing orders the two streams between them."),
              f"    why it matters: {CLASS_WORDS[cls]}",
              f"    an edge that would order them: {fix}"]
     if f["captured"]:
@@ -332,7 +433,7 @@ def format_stream_report(r: StreamReport, name: str) -> str:
     if r.splits == 0:
         return (f"{name}: no split issued CUDA work in the trace's CUDA records (record with --cuda-streams, "
                 "on a CUDA backend; a split replayed from a CUDA graph issues none: its capture does)")
-    head = (f"{name}: {len(r.findings)} unordered access pattern(s) ({len(r.pairs)} pair(s)) inside "
+    head = (f"{name}: {len(r.findings)} access pattern(s) out of order ({len(r.pairs)} pair(s)) inside "
             f"{r.splits} CUDA split(s) ({r.captured_splits} captured into CUDA graphs), on "
             f"{len(r.streams)} stream(s); {r.operations} stream operations, {r.bound_waits} stream waits "
             f"bound to events of the same split; {r.named_nodes} of {r.nodes} nodes named by their launches")
