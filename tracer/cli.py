@@ -131,16 +131,24 @@ def cmd_races(args) -> int:
     return 1 if len(report.findings) else 0
 
 
+def attached_trace(args, command: str):
+    """The trace of args.file, its warnings said; None (said why) when the capture never attached."""
+    trace = load_trace(args)
+    for w in trace.warnings:
+        say(f"ggml-trace {command}: warning: {printable(w)}")
+    if trace.not_attached:
+        say(f"ggml-trace {command}: {shown(args.file)}: nothing to analyse: the capture never attached: "
+            f"{printable(trace.not_attached)}")
+        return None
+    return trace
+
+
 def cmd_streams(args) -> int:
     from ..analysis.stream_races import format_stream_report, stream_races
 
     name = shown(args.file)
-    trace = load_trace(args)
-    for w in trace.warnings:
-        say(f"ggml-trace streams: warning: {printable(w)}")
-    if trace.not_attached:
-        say(f"ggml-trace streams: {name}: nothing to analyse: the capture never attached: "
-            f"{printable(trace.not_attached)}")
+    trace = attached_trace(args, "streams")
+    if trace is None:
         return EXIT_BAD_INPUT
     report = stream_races(trace)
     if args.json:
@@ -163,12 +171,8 @@ def cmd_stalls(args) -> int:
     from ..analysis.stalls import stalls, totals, words
 
     name = shown(args.file)
-    trace = load_trace(args)
-    for w in trace.warnings:
-        say(f"ggml-trace stalls: warning: {printable(w)}")
-    if trace.not_attached:
-        say(f"ggml-trace stalls: {name}: nothing to analyse: the capture never attached: "
-            f"{printable(trace.not_attached)}")
+    trace = attached_trace(args, "stalls")
+    if trace is None:
         return EXIT_BAD_INPUT
     s = stalls(trace)
     tot = totals(s)
