@@ -21,7 +21,8 @@ STRUCTS = {"FileHeader": "FILE_HEADER_DTYPE", "ChunkHeader": "CHUNK_HEADER_DTYPE
            "StringRec": "STRING_DTYPE", "MetaRec": "META_DTYPE", "ClockRec": "CLOCK_DTYPE",
            "ThreadRec": "THREAD_DTYPE", "BackendRec": "BACKEND_DTYPE",
            "BufferRec": "BUFFER_DTYPE", "CallRec": "CALL_DTYPE", "AccessRec": "ACCESS_DTYPE",
-           "GpuActivityRec": "GPU_DTYPE", "SampleRec": "SAMPLE_DTYPE", "NestRec": "NEST_DTYPE"}
+           "GpuActivityRec": "GPU_DTYPE", "SampleRec": "SAMPLE_DTYPE", "NestRec": "NEST_DTYPE",
+           "CudaCallRec": "CUDA_DTYPE"}
 
 
 def test_dtypes_match_c_header(tmp_path):
