@@ -167,6 +167,21 @@ def cmd_streams(args) -> int:
     return 1 if len(report.findings) else 0
 
 
+def cmd_hang(args) -> int:
+    from ..analysis.waits import blocked_threads, format_blocked
+
+    trace = attached_trace(args, "hang")
+    if trace is None:
+        return EXIT_BAD_INPUT
+    if len(trace.cuda) == 0:
+        say(f"ggml-trace hang: {shown(args.file)}: nothing to analyse: no CUDA records (record with --cuda-streams)")
+        return EXIT_BAD_INPUT
+    end = max(int(trace.cuda["t"].max()), int(trace.calls["t_end"].max()) if len(trace.calls) else 0)
+    blocked = blocked_threads(trace)
+    print(format_blocked(blocked, shown(args.file), end))
+    return 1 if blocked else 0
+
+
 def cmd_stalls(args) -> int:
     from ..analysis.stalls import stalls, totals, words
 
@@ -416,6 +431,11 @@ def main(argv=None) -> int:
     add_reading_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=cmd_streams)
+
+    p = sub.add_parser("hang", help="the CUDA calls a hung program's threads never returned from, and the chain of "
+                       "streams and events each waited for (a trace recorded with --cuda-streams; exit 1 if any)")
+    add_reading_args(p)
+    p.set_defaults(fn=cmd_hang)
 
     p = sub.add_parser("stalls", help="every call that blocked the host: what it waited for, and whether any "
                        "access needed it (docs/stalls.md)")

@@ -27,7 +27,8 @@ LAYERS = {
     "frames": ["kinds", "schema", "meta", "build_info", "frames", "cuda_frames", "load"],
     # what the frames mean: races, stalls, comparisons, allreduce paths, delays, the summary
     "judge": ["races", "race_timing", "race_report", "race_match", "reduction", "stalls", "critical_path", "compare",
-              "allreduce", "delay", "together", "summary", "device_timing", "window_races", "stream_races"],
+              "allreduce", "delay", "together", "summary", "device_timing", "window_races", "stream_races",
+              "waits"],
     # what a person sees: the interval model and its views, exports, the progress line, and the
     # modules that name everything (the package, windows.py)
     "show": ["intervals", "view_text", "timeline", "timeline_png", "export", "export_windows", "report", "compare_page",
