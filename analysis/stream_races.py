@@ -71,7 +71,7 @@ def stream_operations(trace) -> StreamOps:
     ops = cu.loc[inside, ["call_id", "backend", "graph", "split", "seq", "op", "stream", "handle", "node",
                           "kernel", "captured"]].reset_index(drop=True)
     # only the splits that issued work on a stream of their own (a CUDA graph replay issues none)
-    worked = ops.groupby("call_id", sort=False)["op"].transform(lambda s: s.isin(WORK_OPS).any())
+    worked = ops["op"].isin(WORK_OPS).groupby(ops["call_id"], sort=False).transform("any")
     ops = ops[worked.to_numpy(bool)].sort_values("seq", kind="stable").reset_index(drop=True)
     # comp: a stream's number inside its split (the first one used is 0), pos: 1-based place on it
     first = ops.groupby(["call_id", "stream"], sort=False)["seq"].transform("min")

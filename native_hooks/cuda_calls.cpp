@@ -23,7 +23,7 @@ void cuda_calls_start() {
 }
 bool cuda_calls_active() { return false; }
 bool cuda_split_issued_work() { return false; }
-SplitGraphScope::SplitGraphScope(ggml_cgraph *) : outer_(nullptr) {}
+SplitGraphScope::SplitGraphScope(ggml_cgraph *) : outer_(nullptr), active_(false) {}
 SplitGraphScope::~SplitGraphScope() {}
 
 }  // namespace ggml_trace
@@ -49,7 +49,8 @@ std::atomic<bool> g_active{false};
 // What reads a launch's arguments and a stream's state: the driver's functions (libcuda, opened at
 // run time). Never the runtime's: a failing runtime call inside the program's own would leave its
 // error for the program's next cudaGetLastError() (a library's static cudart launches through host
-// functions the program's cudart does not know). Such launches name no node.
+// functions the program's cudart does not know). Such a launch names its node only through the
+// driver launch CUPTI reports inside it.
 struct Driver {
     CUresult (*kernel_param_info)(CUkernel, size_t, size_t *, size_t *) = nullptr;
     CUresult (*func_param_info)(CUfunction, size_t, size_t *, size_t *) = nullptr;
@@ -215,7 +216,7 @@ void emit_cuda(uint8_t op, uint8_t flags, uint64_t stream, uint64_t handle, uint
     }
     uint64_t t = now_ticks();
     if (op == CUDA_LAUNCH || op == CUDA_MEMCPY || op == CUDA_MEMSET) {
-        t_split.issued = t_split.issued || t_split.graph;
+        t_split.issued |= t_split.graph != nullptr;
     }
     emit_record<CudaCallRec>(REC_CUDA, [&](CudaCallRec & r) {
         r.op = op;
@@ -251,10 +252,7 @@ thread_local PendingLaunch t_launch;
 
 void open_launch(const void * handle, Handle how, void ** args, uint64_t stream, const char * symbol) {
     const KernelInfo & info = kernel_info(handle, how, symbol);
-    t_launch = {true, stream, info.name, capture_flag(stream), NONE32};
-    if (!info.sizes.empty()) {
-        t_launch.node = launch_node(args, info);
-    }
+    t_launch = {true, stream, info.name, capture_flag(stream), launch_node(args, info)};
 }
 
 void close_launch() {
@@ -541,14 +539,19 @@ bool cuda_calls_active() { return g_active.load(std::memory_order_relaxed); }
 
 bool cuda_split_issued_work() { return t_split.issued; }
 
-SplitGraphScope::SplitGraphScope(ggml_cgraph * graph) : outer_(t_split.graph) {
-    t_split.graph = graph;
-    t_split.built = t_split.issued = false;
+// Without the mode on, a scope touches nothing: it sits on every hooked call.
+SplitGraphScope::SplitGraphScope(ggml_cgraph * graph) : outer_(t_split.graph), active_(cuda_calls_active()) {
+    if (active_) {
+        t_split.graph = graph;
+        t_split.built = t_split.issued = false;
+    }
 }
 
 SplitGraphScope::~SplitGraphScope() {
-    t_split.graph = outer_;
-    t_split.built = t_split.issued = false;
+    if (active_) {
+        t_split.graph = outer_;
+        t_split.built = t_split.issued = false;
+    }
 }
 
 }  // namespace ggml_trace

@@ -35,6 +35,7 @@ struct SplitGraphScope {
 
   private:
     ggml_cgraph * outer_;
+    bool active_;  // CUDA streams mode was on when it began
 };
 
 }  // namespace ggml_trace
